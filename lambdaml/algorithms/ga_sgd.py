@@ -1,0 +1,30 @@
+"""GA-SGD: average the gradient of every mini-batch across workers, then step."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lambdaml.algorithms.base import AlgorithmState
+
+
+class GASGD(AlgorithmState):
+    """Gradient averaging every batch: equal to single-process SGD on the concatenated batch.
+
+    Workers reduce gradient *sums* together with their batch sizes and loss sums in one
+    vector, so unequal batches average exactly and one collective serves all three.
+    """
+
+    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+        loss, grad = self._gradient(X, y)
+        reduced = self.comm.allreduce(np.concatenate([grad, [float(len(y)), loss]]))
+        count, loss_sum = reduced[-2], reduced[-1]
+        self._count += count
+        self._loss_sum += loss_sum
+        if count == 0:
+            return
+        started = time.perf_counter()
+        direction = reduced[:-2] / count + self.model.regularizer_grad(self.params)
+        self.params -= self.spec.lr * direction
+        self.compute_s += time.perf_counter() - started

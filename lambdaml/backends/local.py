@@ -1,0 +1,102 @@
+"""Local backend: W worker processes on this machine (threads for the in-memory channel)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import threading
+import time
+from typing import Any
+
+from lambdaml.backends.base import Backend, EventCallback, JobEvent
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import JobSpec, parse_job
+from lambdaml.errors import JobFailed, LambdaMLError
+from lambdaml.runtime.worker import run_worker
+
+log = logging.getLogger(__name__)
+
+# Seconds a job may go without any worker reporting before the backend gives up on it,
+# on top of the job's own synchronization timeout (workers time out by themselves first).
+_SILENCE_GRACE_S = 30.0
+
+
+def _worker_main(job_data: dict[str, Any], job_id: str, rank: int, events: Any, channel: Channel | None = None) -> None:
+    """Entry point of one worker: every outcome goes back as a message, never as a traceback."""
+    job = parse_job(job_data)
+
+    def on_epoch(r: int, epoch: int, loss: float, elapsed: float) -> None:
+        events.put(("epoch", rank, (epoch, loss, elapsed)))
+
+    try:
+        report = run_worker(job, job_id, rank, on_epoch=on_epoch, channel=channel)
+    except LambdaMLError as exc:
+        events.put(("error", rank, str(exc)))
+    except Exception as exc:  # a bug: keep the type so it can be found
+        log.exception("worker %d crashed", rank)
+        events.put(("error", rank, f"{type(exc).__name__}: {exc}"))
+    else:
+        events.put(("done", rank, report))
+
+
+class LocalBackend(Backend):
+    """Each rank in its own process, like Lambda; the in-memory channel runs ranks as threads."""
+
+    def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
+        job_data = job.model_dump(mode="json")
+        workers: list[Any]
+        if job.channel.kind == "memory":
+            events: Any = queue.Queue()
+            shared = open_channel(job.channel)
+            workers = [
+                threading.Thread(target=_worker_main, args=(job_data, job_id, r, events, shared), daemon=True)
+                for r in range(job.workers)
+            ]
+        else:
+            ctx = mp.get_context("spawn")
+            events = ctx.Queue()
+            workers = [
+                ctx.Process(target=_worker_main, args=(job_data, job_id, r, events), name=f"lambdaml-worker-{r}")
+                for r in range(job.workers)
+            ]
+        for worker in workers:
+            worker.start()
+        try:
+            return self._collect(job, workers, events, on_event)
+        finally:
+            for worker in workers:
+                if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
+                    worker.terminate()
+                worker.join(timeout=5)
+
+    def _collect(
+        self, job: JobSpec, workers: list[Any], events: Any, on_event: EventCallback | None
+    ) -> list[dict[str, Any]]:
+        reports: dict[int, dict[str, Any]] = {}
+        silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
+        last_heard = time.monotonic()
+        while len(reports) < job.workers:
+            try:
+                kind, rank, payload = events.get(timeout=0.5)
+            except queue.Empty:
+                dead = [r for r, w in enumerate(workers) if r not in reports and not w.is_alive()]
+                if dead:
+                    # A message may still be in flight from a worker that just exited.
+                    try:
+                        kind, rank, payload = events.get(timeout=1.0)
+                    except queue.Empty:
+                        raise JobFailed(f"worker {dead[0]} exited without a report") from None
+                elif time.monotonic() - last_heard > silence_limit:
+                    raise JobFailed(f"no worker reported for {silence_limit:g}s; giving up") from None
+                else:
+                    continue
+            last_heard = time.monotonic()
+            if kind == "error":
+                raise JobFailed(f"worker {rank} failed: {payload}")
+            if kind == "epoch":
+                if on_event is not None:
+                    on_event(JobEvent(rank, *payload))
+            else:
+                reports[rank] = payload
+        return [reports[r] for r in range(job.workers)]

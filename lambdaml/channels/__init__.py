@@ -1,0 +1,26 @@
+"""Storage channels: the substrate workers synchronize through."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lambdaml.channels.base import Backoff, Channel, ChannelStats
+from lambdaml.registry import Registry
+
+if TYPE_CHECKING:
+    from lambdaml.config import ChannelSpec
+
+CHANNELS: Registry[type[Channel]] = Registry("channel")
+CHANNELS.register("s3", "lambdaml.channels.s3:S3Channel")
+CHANNELS.register("redis", "lambdaml.channels.redis:RedisChannel")
+CHANNELS.register("memcached", "lambdaml.channels.memcached:MemcachedChannel")
+CHANNELS.register("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel")
+CHANNELS.register("memory", "lambdaml.channels.memory:MemoryChannel")
+
+
+def open_channel(spec: ChannelSpec) -> Channel:
+    """Build the channel a spec describes, with its client."""
+    return CHANNELS.get(spec.kind).from_spec(spec)
+
+
+__all__ = ["CHANNELS", "Backoff", "Channel", "ChannelStats", "open_channel"]

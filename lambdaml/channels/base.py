@@ -1,0 +1,312 @@
+"""The Channel: a small abstract storage core with a rich layer written once on top.
+
+A backend implements ``_put``, ``_get``, ``_list`` and ``_delete`` (plus, where it has
+them, batch reads and an atomic counter). Everything else lives here, once: chunking of
+values over the backend's item limit, paginated listing without chunk parts, concurrent
+multi-gets, bounded waits with backoff, retries of transient failures, prefix clearing,
+and request/byte accounting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+import threading
+import time
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from lambdaml import keys as K
+from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout, TransientChannelError
+
+if TYPE_CHECKING:
+    from lambdaml.config import ChannelSpec
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+T = TypeVar("T")
+
+# A chunked value is stored as its parts plus, at the logical key, this small manifest.
+# Tensors start with b"LMLT" and JSON with "{", so a real value never starts with it.
+_CHUNK_MAGIC = b"\x00LMLCHUNK"
+_CHUNK_MANIFEST = struct.Struct("<9sBIQI")  # magic, version, parts, total bytes, crc32
+_DELETE_BATCH = 1000
+
+
+def _common_prefix(strings: Sequence[str]) -> str:
+    lo, hi = min(strings), max(strings)
+    size = next((i for i, (a, b) in enumerate(zip(lo, hi, strict=False)) if a != b), min(len(lo), len(hi)))
+    return lo[:size]
+
+
+@dataclass
+class ChannelStats:
+    """Requests and bytes this process moved through a channel (for cost and benchmarks)."""
+
+    puts: int = 0
+    gets: int = 0
+    lists: int = 0
+    deletes: int = 0
+    counters: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    wait_s: float = 0.0  # time in wait_for before the poll that found the last key: waiting on others
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: float) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    @property
+    def requests(self) -> int:
+        return self.puts + self.gets + self.lists + self.deletes + self.counters
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "puts": self.puts,
+            "gets": self.gets,
+            "lists": self.lists,
+            "deletes": self.deletes,
+            "counters": self.counters,
+            "requests": self.requests,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+        }
+
+    def snapshot(self) -> dict[str, float]:
+        return {**self.as_dict(), "wait_s": self.wait_s}
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Polling schedule for bounded waits: start small so a round is not floored by the poll."""
+
+    initial_s: float = 0.0005
+    factor: float = 1.5
+    max_s: float = 0.025
+
+    def delays(self) -> Iterable[float]:
+        delay = self.initial_s
+        while True:  # consumers stop at their own deadline
+            yield delay
+            delay = min(delay * self.factor, self.max_s)
+
+
+class Channel(ABC):
+    """Key/value storage that workers synchronize through (S3, Redis, Memcached, DynamoDB, memory)."""
+
+    kind: ClassVar[str] = "abstract"
+    #: Largest value the backend stores in one item; larger values are chunked. None: no limit.
+    max_item_bytes: int | None = None
+    #: How many times a transient failure (throttling, truncated body) is retried.
+    transient_retries: int = 4
+    #: Concurrent requests per channel for multi-key operations.
+    concurrency: int = 32
+
+    def __init__(self) -> None:
+        self.stats = ChannelStats()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, spec: ChannelSpec) -> Channel:
+        """Build the channel and its client from a job's channel spec."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from a spec")
+
+    # ---- the abstract core --------------------------------------------------------
+
+    @abstractmethod
+    def _put(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def _get(self, key: str) -> bytes:
+        """Return the stored bytes or raise KeyNotFound."""
+
+    @abstractmethod
+    def _list(self, prefix: str) -> Iterable[str]:
+        """Every stored key starting with ``prefix``, chunk parts included, all pages."""
+
+    @abstractmethod
+    def _delete(self, keys: Sequence[str]) -> None:
+        """Delete the keys (at most 1,000 per call); missing keys are not an error."""
+
+    def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """Backends with batch reads override this; the default issues the GETs concurrently."""
+
+        def one(key: str) -> tuple[str, bytes | None]:
+            try:
+                return key, self._retry(self._get, key)
+            except KeyNotFound:
+                return key, None
+
+        return {k: v for k, v in self._map(one, keys) if v is not None}
+
+    def _incr(self, key: str, amount: int) -> int:
+        raise ChannelError(f"the {self.kind} channel has no atomic counter")
+
+    def ensure(self) -> None:  # noqa: B027 - optional hook; most backends need nothing
+        """Create the bucket/table if missing (local stacks and tests; on AWS the template does)."""
+
+    def ping(self) -> None:
+        """Raise ChannelUnavailable if the endpoint cannot be reached."""
+        with contextlib.suppress(KeyNotFound):
+            self._get(K.comm_prefix("ping") + "probe")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def describe(self) -> str:
+        return self.kind
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.kind}-channel")
+        return list(self._pool.map(fn, items))
+
+    def _retry(self, fn: Callable[..., R], *args: object) -> R:
+        delay = 0.01
+        for attempt in range(self.transient_retries + 1):
+            try:
+                return fn(*args)
+            except TransientChannelError as exc:
+                if attempt == self.transient_retries:
+                    raise ChannelError(f"{self.kind}: gave up after {attempt + 1} tries: {exc}") from None
+                log.debug("transient %s error, retrying in %.3fs: %s", self.kind, delay, exc)
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    # ---- the rich layer --------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``; values over the item limit are chunked transparently."""
+        data = bytes(data)
+        limit = self.max_item_bytes
+        if limit is None or len(data) <= limit:
+            self._retry(self._put, key, data)
+            self.stats.add(puts=1, bytes_sent=len(data))
+            return
+        pieces = [data[i : i + limit] for i in range(0, len(data), limit)]
+        part_keys = [K.chunk_part(key, i) for i in range(len(pieces))]
+
+        self._map(lambda pair: self._retry(self._put, *pair), list(zip(part_keys, pieces, strict=True)))
+        # The manifest goes last, so a reader that sees the key sees every part.
+        manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, 1, len(pieces), len(data), zlib.crc32(data))
+        self._retry(self._put, key, manifest)
+        self.stats.add(puts=len(pieces) + 1, bytes_sent=len(data) + len(manifest))
+
+    def get(self, key: str) -> bytes:
+        """Return the value at ``key``; raises KeyNotFound."""
+        raw = self._retry(self._get, key)
+        self.stats.add(gets=1, bytes_received=len(raw))
+        return self._assemble(key, raw)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """Fetch several keys concurrently (or in one batch); missing keys are left out."""
+        if not keys:
+            return {}
+        found = self._retry(self._get_many, list(keys))
+        self.stats.add(gets=len(keys), bytes_received=sum(len(v) for v in found.values()))
+        return {k: self._assemble(k, v) for k, v in found.items()}
+
+    def _assemble(self, key: str, raw: bytes) -> bytes:
+        if not raw.startswith(_CHUNK_MAGIC) or len(raw) != _CHUNK_MANIFEST.size:
+            return raw
+        _, _, n_parts, total, crc = _CHUNK_MANIFEST.unpack(raw)
+        part_keys = [K.chunk_part(key, i) for i in range(n_parts)]
+        parts = self._retry(self._get_many, part_keys)
+        self.stats.add(gets=n_parts, bytes_received=sum(len(v) for v in parts.values()))
+        if len(parts) != n_parts:
+            raise ChannelError(f"{self.kind}: value {key!r} is missing {n_parts - len(parts)} of {n_parts} parts")
+        data = b"".join(parts[k] for k in part_keys)
+        if len(data) != total or zlib.crc32(data) != crc:
+            raise TransientChannelError(f"{self.kind}: value {key!r} was reassembled wrong (changed while read?)")
+        return data
+
+    def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
+        """Wait until every key exists and return their values; raises SyncTimeout.
+
+        Polls only the keys still missing, with a backoff that starts at half a
+        millisecond, so a round costs about what its transfers cost.
+        """
+        pending = list(dict.fromkeys(keys))
+        found: dict[str, bytes] = {}
+        started = time.monotonic()
+        deadline = started + timeout
+        delays = iter((backoff or Backoff()).delays())
+        while True:
+            poll_started = time.monotonic()
+            found.update(self.get_many(pending))
+            pending = [k for k in pending if k not in found]
+            if not pending:
+                # Everything before the poll that completed the set was spent waiting on others.
+                self.stats.add(wait_s=poll_started - started)
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stats.add(wait_s=time.monotonic() - started)
+                raise SyncTimeout(
+                    f"timed out after {timeout:g}s on the {self.describe()} channel waiting for "
+                    f"{len(pending)} of {len(keys)} keys (first: {pending[0]})"
+                )
+            time.sleep(min(next(delays), remaining))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every logical key under ``prefix``, sorted, across all pages."""
+        self.stats.add(lists=1)
+        return sorted(k for k in self._list_raw(prefix) if not K.is_chunk_part(k))
+
+    def _list_raw(self, prefix: str) -> Sequence[str]:
+        """Every raw key under ``prefix`` (parts included), retrying transient failures."""
+        return self._retry(lambda: [*self._list(prefix)])
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete keys and their chunk parts; missing keys are ignored."""
+        targets = list(keys)
+        if self.max_item_bytes is not None and targets:
+            # One listing for the whole batch: on DynamoDB a listing is a full-table Scan and on
+            # Memcached a walk of every item, so one per key would make deletes quadratic.
+            wanted = set(targets)
+            prefix = K.chunk_parts_prefix(targets[0]) if len(wanted) == 1 else _common_prefix(targets)
+            for raw in self._list_raw(prefix):
+                if K.is_chunk_part(raw) and raw.rpartition(K.CHUNK_MARK)[0] in wanted:
+                    targets.append(raw)
+        self._delete_raw(targets)
+
+    def clear(self, prefix: str) -> int:
+        """Delete everything under ``prefix`` (a job's or a round's keys); returns the count."""
+        targets = self._list_raw(prefix)
+        self.stats.add(lists=1)
+        self._delete_raw(targets)
+        return len(targets)
+
+    def _delete_raw(self, keys: Sequence[str]) -> None:
+        batches = [list(keys[i : i + _DELETE_BATCH]) for i in range(0, len(keys), _DELETE_BATCH)]
+        for batch in batches:
+            self._retry(self._delete, batch)
+        self.stats.add(deletes=len(batches))
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to a counter (created at 0) and return the new value."""
+        value = self._retry(self._incr, key, amount)
+        self.stats.add(counters=1)
+        return value
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,152 @@
+"""Safe wire format for tensors on channels and in buckets; no pickle anywhere.
+
+A tensor is a 24-byte little-endian header (magic, format version, dtype code, ndim,
+payload length, CRC-32), the shape, then the raw payload. Decoding checks every field
+and the checksum, so a truncated or corrupted value is rejected with a clear error
+instead of silently training on garbage. Payloads start 8-byte aligned, so decoding is a
+zero-copy ``np.frombuffer``.
+
+A bundle is several named tensors in one value (a data shard, a model).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from lambdaml.errors import CodecError
+
+MAGIC = b"LMLT"
+BUNDLE_MAGIC = b"LMLB"
+VERSION = 1
+# magic, version, dtype code, ndim, reserved, payload bytes, crc32, reserved
+_HEADER = struct.Struct("<4sBBBBQII")
+_BUNDLE_HEADER = struct.Struct("<4sBxxxI")
+_ENTRY = struct.Struct("<HxxxxxxQ")  # name length, tensor length
+MAX_NDIM = 8
+
+_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype("<f4"),
+    2: np.dtype("<f8"),
+    3: np.dtype("<f2"),
+    4: np.dtype("i1"),
+    5: np.dtype("u1"),
+    6: np.dtype("<i4"),
+    7: np.dtype("<i8"),
+    8: np.dtype("<u4"),
+    9: np.dtype("<u8"),
+    10: np.dtype("?"),
+}
+_CODES = {dtype: code for code, dtype in _DTYPES.items()}
+
+
+def _pad8(n: int) -> int:
+    return (-n) % 8
+
+
+def encode(array: np.ndarray) -> bytes:
+    """Encode one array (any supported dtype, at most 8 dimensions)."""
+    arr = np.asarray(array)
+    dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    code = _CODES.get(np.dtype(dtype))
+    if code is None:
+        raise CodecError(f"dtype {arr.dtype} cannot be put on the wire")
+    if arr.ndim > MAX_NDIM:
+        raise CodecError(f"{arr.ndim} dimensions is more than the {MAX_NDIM} the format allows")
+    payload = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+    shape = struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), 0, 0)
+    crc = zlib.crc32(payload, zlib.crc32(shape, zlib.crc32(head)))
+    head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), crc, 0)
+    return head + shape + payload
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    *,
+    dtype: np.dtype | type | str | None = None,
+    shape: tuple[int, ...] | None = None,
+    what: str = "value",
+) -> np.ndarray:
+    """Decode and verify one array; ``dtype``/``shape`` reject a value of the wrong kind.
+
+    The returned array is read-only and shares memory with ``data``.
+    """
+    view = memoryview(data).cast("B")
+    if len(view) < _HEADER.size:
+        raise CodecError(f"{what} is truncated: {len(view)} bytes is shorter than a tensor header")
+    magic, version, code, ndim, _, length, crc, _ = _HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise CodecError(f"{what} is not a LambdaML tensor (bad magic {bytes(magic)!r})")
+    if version != VERSION:
+        raise CodecError(f"{what} has tensor format version {version}; this build reads {VERSION}")
+    if code not in _DTYPES:
+        raise CodecError(f"{what} has unknown dtype code {code}")
+    if ndim > MAX_NDIM:
+        raise CodecError(f"{what} claims {ndim} dimensions")
+    shape_end = _HEADER.size + 8 * ndim
+    if len(view) != shape_end + length:
+        raise CodecError(f"{what} is truncated or padded: {len(view)} bytes, header says {shape_end + length}")
+    dims = struct.unpack_from(f"<{ndim}Q", view, _HEADER.size)
+    item = _DTYPES[code]
+    count = 1
+    for dim in dims:
+        count *= dim
+    if count * item.itemsize != length:
+        raise CodecError(f"{what} shape {dims} does not match its {length} payload bytes")
+    head = _HEADER.pack(magic, version, code, ndim, 0, length, 0, 0)
+    actual = zlib.crc32(view[_HEADER.size :], zlib.crc32(head))
+    if actual != crc:
+        raise CodecError(f"{what} is corrupt: checksum mismatch")
+    if dtype is not None and np.dtype(dtype) != item:
+        raise CodecError(f"{what} has dtype {item}, expected {np.dtype(dtype)}")
+    if shape is not None and tuple(shape) != tuple(dims):
+        raise CodecError(f"{what} has shape {tuple(dims)}, expected {tuple(shape)}")
+    return np.frombuffer(view, dtype=item, count=count, offset=shape_end).reshape(dims)
+
+
+def encode_bundle(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """Encode named arrays into one value (a data shard, a model's parameters)."""
+    parts = [_BUNDLE_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays))]
+    for name, array in arrays.items():
+        raw_name = name.encode("utf-8")
+        tensor = encode(array)
+        parts.append(_ENTRY.pack(len(raw_name), len(tensor)))
+        parts.append(raw_name + b"\0" * _pad8(len(raw_name)))
+        parts.append(tensor + b"\0" * _pad8(len(tensor)))
+    return b"".join(parts)
+
+
+def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, np.ndarray]:
+    """Decode and verify every array of a bundle (zero-copy)."""
+    view = memoryview(data).cast("B")
+    if len(view) < _BUNDLE_HEADER.size:
+        raise CodecError(f"{what} is truncated: {len(view)} bytes")
+    magic, version, count = _BUNDLE_HEADER.unpack_from(view)
+    if magic != BUNDLE_MAGIC:
+        raise CodecError(f"{what} is not a LambdaML bundle (bad magic {bytes(magic)!r})")
+    if version != VERSION:
+        raise CodecError(f"{what} has bundle format version {version}; this build reads {VERSION}")
+    offset = _BUNDLE_HEADER.size
+    out: dict[str, np.ndarray] = {}
+    for _ in range(count):
+        if offset + _ENTRY.size > len(view):
+            raise CodecError(f"{what} is truncated in its entry table")
+        name_len, tensor_len = _ENTRY.unpack_from(view, offset)
+        offset += _ENTRY.size
+        name_end = offset + name_len
+        tensor_start = name_end + _pad8(name_len)
+        if tensor_start + tensor_len > len(view):
+            raise CodecError(f"{what} is truncated")
+        try:
+            name = bytes(view[offset:name_end]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError(f"{what} has an entry name that is not UTF-8") from None
+        out[name] = decode(view[tensor_start : tensor_start + tensor_len], what=f"{what} entry {name!r}")
+        offset = tensor_start + tensor_len + _pad8(tensor_len)
+    if offset != len(view):
+        raise CodecError(f"{what} has {len(view) - offset} unexpected trailing bytes")
+    return out

@@ -1,0 +1,53 @@
+"""The Communicator interface shared by channel (FaaS) and torch.distributed (IaaS) workers."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Literal
+
+import numpy as np
+
+ReduceOp = Literal["sum", "mean"]
+
+
+class Communicator(ABC):
+    """Rank, world size and the collectives the algorithms call.
+
+    ``comm_s`` is the wall time spent inside collectives; ``wait_s`` the part of it spent
+    waiting for other workers rather than moving bytes.
+    """
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside a world of {world_size}")
+        self.rank = rank
+        self.world_size = world_size
+        self.comm_s = 0.0
+
+    @abstractmethod
+    def _allreduce(self, x: np.ndarray) -> np.ndarray:
+        """Sum of ``x`` over all ranks, identical on every rank."""
+
+    @abstractmethod
+    def barrier(self, name: str) -> None: ...
+
+    @property
+    @abstractmethod
+    def wait_s(self) -> float: ...
+
+    def allreduce(self, x: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            total = x.copy() if self.world_size == 1 else self._allreduce(x)
+        finally:
+            self.comm_s += time.perf_counter() - started
+        if op == "mean":
+            total = total / self.world_size
+        return total
+
+    def finish(self) -> None:  # noqa: B027 - an optional hook
+        """Called once when the worker's training ends; cleans up what it can."""
+
+    def stats(self) -> dict[str, float]:
+        return {}

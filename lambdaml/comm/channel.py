@@ -1,0 +1,94 @@
+"""The communicator for serverless workers: collectives over a storage channel."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from lambdaml import keys
+from lambdaml.channels import Channel
+from lambdaml.comm import PATTERNS
+from lambdaml.comm.base import Communicator
+
+log = logging.getLogger(__name__)
+
+
+class ChannelCommunicator(Communicator):
+    """Rank, world size, a job namespace and a channel; the pattern decides the requests.
+
+    Each collective call gets the next round number, so every key is written once.
+    Rounds that every rank has moved past are deleted in the background, which keeps the
+    channel's size bounded however long the job runs.
+    """
+
+    def __init__(
+        self,
+        channel: Channel,
+        job_id: str,
+        rank: int,
+        world_size: int,
+        *,
+        pattern: str = "allreduce",
+        timeout_s: float = 120.0,
+        first_round: int = 0,
+    ) -> None:
+        super().__init__(rank, world_size)
+        self.channel = channel
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.round = first_round
+        self.pattern: Any = PATTERNS.get(pattern)()
+        self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
+        self._cleanups: list[Future[int]] = []
+
+    def key(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
+        return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk)
+
+    @property
+    def wait_s(self) -> float:
+        return self.channel.stats.wait_s
+
+    def _allreduce(self, x: np.ndarray) -> np.ndarray:
+        round_ = self.round
+        self.round += 1
+        result: np.ndarray = self.pattern.allreduce(self, x, round_)
+        return result
+
+    def retire_round(self, round_: int) -> None:
+        """Delete a finished round's keys off the critical path."""
+        if round_ < 0:
+            return
+        prefix = keys.round_prefix(self.job_id, round_)
+        self._cleanups = [f for f in self._cleanups if not f.done()]
+        self._cleanups.append(self._janitor.submit(self.channel.clear, prefix))
+
+    def barrier(self, name: str) -> None:
+        """Every rank posts a marker and waits for everyone's."""
+        self._arrive(name, wait=True)
+
+    def _arrive(self, name: str, *, wait: bool) -> None:
+        started = time.perf_counter()
+        try:
+            self.channel.put(keys.barrier_key(self.job_id, name, self.rank), b"1")
+            if wait:
+                markers = [keys.barrier_key(self.job_id, name, r) for r in range(self.world_size)]
+                self.channel.wait_for(markers, self.timeout_s)
+        finally:
+            self.comm_s += time.perf_counter() - started
+
+    def finish(self) -> None:
+        """Rank 0 waits until every rank is done reading, then removes the job's keys."""
+        self._arrive("end", wait=self.rank == 0)
+        for future in self._cleanups:
+            future.result()
+        self._janitor.shutdown(wait=True)
+        if self.rank == 0:
+            removed = self.channel.clear(keys.comm_prefix(self.job_id))
+            log.debug("removed %d keys of job %s from the channel", removed, self.job_id)
+
+    def stats(self) -> dict[str, float]:
+        return self.channel.stats.snapshot()

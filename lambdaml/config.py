@@ -1,0 +1,190 @@
+"""JobSpec and its parts, loaded from YAML or JSON and validated on load.
+
+Every part forbids unknown keys, so a typo is an error naming the field rather than a
+silently ignored setting. Plug-in names are checked against their registries here, so a
+job with an unknown algorithm fails before any worker starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lambdaml import keys
+from lambdaml.errors import ConfigError
+from lambdaml.registry import Registry
+
+
+def _known_name(registry: Registry[Any], name: str) -> str:
+    try:
+        registry.get(name)
+    except ConfigError as exc:  # reported by pydantic with the field's path
+        raise ValueError(str(exc)) from None
+    return name
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ChannelKind = Literal["s3", "redis", "memcached", "dynamodb", "memory"]
+
+
+class StorageSpec(_Spec):
+    """Where datasets, job records and results live (an S3 bucket)."""
+
+    bucket: str = Field("lambdaml-data", min_length=3, max_length=63)
+    endpoint_url: str | None = None  # None: AWS, or AWS_ENDPOINT_URL_S3 from the environment
+    region: str = "us-east-1"
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+
+
+class ChannelSpec(_Spec):
+    """The storage channel workers synchronize through."""
+
+    kind: ChannelKind = "s3"
+    bucket: str | None = Field(None, min_length=3, max_length=63)  # s3
+    table: str | None = Field(None, min_length=3, max_length=255)  # dynamodb
+    endpoint_url: str | None = None  # s3, dynamodb
+    region: str = "us-east-1"
+    host: str = "127.0.0.1"  # redis, memcached
+    port: int | None = Field(None, ge=1, le=65535)
+    max_item_bytes: int | None = Field(None, ge=1024)  # override the backend's item limit
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _needs(self) -> ChannelSpec:
+        if self.kind == "s3" and not self.bucket:
+            raise ValueError("an s3 channel needs 'bucket'")
+        if self.kind == "dynamodb" and not self.table:
+            raise ValueError("a dynamodb channel needs 'table'")
+        return self
+
+
+class ModelSpec(_Spec):
+    name: str = "lr"
+    l2: float = Field(0.0, ge=0, le=1e6)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from lambdaml.models import MODELS
+
+        return _known_name(MODELS, name)
+
+
+class AlgorithmSpec(_Spec):
+    name: str = "ga_sgd"
+    lr: float = Field(0.1, gt=0, le=1e3)
+    batch_size: int = Field(100, ge=1, le=10_000_000)
+    epochs: int = Field(5, ge=1, le=100_000)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    shuffle: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from lambdaml.algorithms import ALGORITHMS
+
+        return _known_name(ALGORITHMS, name)
+
+    @field_validator("lr")
+    @classmethod
+    def _finite(cls, lr: float) -> float:
+        if not math.isfinite(lr):
+            raise ValueError("must be a finite number")
+        return lr
+
+
+class SyncSpec(_Spec):
+    protocol: Literal["bsp"] = "bsp"
+    pattern: str = "allreduce"
+    timeout_s: float = Field(120.0, gt=0, le=86_400)  # longest wait for the other workers
+
+    @field_validator("pattern")
+    @classmethod
+    def _known(cls, pattern: str) -> str:
+        from lambdaml.comm import PATTERNS
+
+        return _known_name(PATTERNS, pattern)
+
+
+class JobSpec(_Spec):
+    """A whole training job, as written in a job file."""
+
+    name: str = "job"
+    workers: int = Field(4, ge=1, le=1024)
+    dataset: str
+    storage: StorageSpec = StorageSpec()
+    channel: ChannelSpec = ChannelSpec(kind="s3", bucket="lambdaml-comm")
+    model: ModelSpec = ModelSpec()
+    algorithm: AlgorithmSpec = AlgorithmSpec()
+    sync: SyncSpec = SyncSpec()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        try:
+            return keys.check_name(name, "job name")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, name: str) -> str:
+        try:
+            return keys.check_name(name, "dataset name")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
+            message += f" (got {err['input']!r})"
+        parts.append(f"{field}: {message}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_job(data: Any, source: str = "job") -> JobSpec:
+    """Validate a mapping (from YAML, JSON or an event) into a JobSpec; raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a job must be a mapping of fields, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read and validate a job file (.yaml, .yml or .json)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"job file {str(path)!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read job file {str(path)!r}: {exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise ConfigError(f"{path}: not valid YAML ({where}{problem})") from None
+    return parse_job(data, str(path))

@@ -1,0 +1,1 @@
+"""Datasets: file formats, synthetic generators, sharding into S3, batch order."""

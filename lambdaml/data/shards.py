@@ -1,0 +1,149 @@
+"""Binary shards in S3: ``lambdaml data prepare`` writes them, workers map them.
+
+A dataset is a manifest plus one codec bundle per shard (``X`` float32 rows, ``y``
+labels) and an optional test bundle. Workers never parse text: they download their
+shard and ``np.frombuffer`` it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from lambdaml import codec, keys
+from lambdaml.channels import Channel
+from lambdaml.errors import CodecError, DataError, KeyNotFound
+from lambdaml.storage import get_json, put_json
+
+log = logging.getLogger(__name__)
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    n_features: int
+    shard_rows: list[int]
+    test_rows: int
+    created: float
+    version: int = MANIFEST_VERSION
+
+    @property
+    def shards(self) -> int:
+        return len(self.shard_rows)
+
+    @property
+    def train_rows(self) -> int:
+        return sum(self.shard_rows)
+
+    def rows_of_worker(self, rank: int, workers: int) -> int:
+        return sum(self.shard_rows[i] for i in shards_of_worker(self, rank, workers))
+
+
+def shards_of_worker(manifest: Manifest, rank: int, workers: int) -> list[int]:
+    """Worker ``rank`` reads shards rank, rank+W, ...; the shard count must be a multiple of W."""
+    if manifest.shards % workers:
+        raise DataError(
+            f"dataset {manifest.name!r} has {manifest.shards} shards, which {workers} workers cannot split "
+            f"evenly; prepare it with --shards {workers}"
+        )
+    return list(range(rank, manifest.shards, workers))
+
+
+def prepare(
+    store: Channel,
+    name: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    shards: int,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+) -> Manifest:
+    """Shuffle, hold out a test split, cut the rest into shards and upload them.
+
+    The manifest is written last, so a reader that finds it finds every shard.
+    """
+    keys.check_name(name, "dataset name")
+    if X.ndim != 2 or len(X) != len(y):
+        raise DataError(f"features {X.shape} and labels {y.shape} do not match")
+    if not 0 <= test_fraction < 1:
+        raise DataError(f"test fraction {test_fraction} is outside [0, 1)")
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_test = round(len(y) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    if len(train) < shards:
+        raise DataError(f"{len(train)} training rows cannot fill {shards} shards")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    pieces = np.array_split(train, shards)
+    for index, rows in enumerate(pieces):
+        store.put(keys.dataset_shard(name, index), codec.encode_bundle({"X": X[rows], "y": y[rows]}))
+    if n_test:
+        store.put(keys.dataset_test(name), codec.encode_bundle({"X": X[test], "y": y[test]}))
+    manifest = Manifest(
+        name=name,
+        n_features=int(X.shape[1]),
+        shard_rows=[len(p) for p in pieces],
+        test_rows=n_test,
+        created=time.time(),
+    )
+    put_json(store, keys.dataset_manifest(name), asdict(manifest))
+    log.info("prepared dataset %s: %d shards, %d test rows", name, shards, n_test)
+    return manifest
+
+
+def read_manifest(store: Channel, name: str) -> Manifest:
+    key = keys.dataset_manifest(name)
+    try:
+        raw = get_json(store, key)
+    except KeyNotFound:
+        raise DataError(
+            f"dataset {name!r} not found: {store.describe()} has no {key} (run 'lambdaml data prepare')"
+        ) from None
+    try:
+        manifest = Manifest(**raw)
+    except TypeError as exc:
+        raise DataError(f"{key} is not a dataset manifest: {exc}") from None
+    if manifest.version != MANIFEST_VERSION:
+        raise DataError(f"{key} has manifest version {manifest.version}; this build reads {MANIFEST_VERSION}")
+    return manifest
+
+
+def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        raw = store.get(key)
+    except KeyNotFound:
+        raise DataError(f"dataset {manifest.name!r} is missing {key}") from None
+    try:
+        bundle = codec.decode_bundle(raw, what=key)
+        X, y = bundle["X"], bundle["y"]
+    except KeyError as exc:
+        raise DataError(f"{key} has no {exc} array") from None
+    except CodecError as exc:
+        raise DataError(str(exc)) from None
+    if X.dtype != np.float32 or X.shape != (rows, manifest.n_features):
+        raise DataError(f"{key} holds {X.dtype} {X.shape} features, expected float32 ({rows}, {manifest.n_features})")
+    if y.shape != (rows,):
+        raise DataError(f"{key} has {y.shape} labels, expected ({rows},)")
+    return X, y
+
+
+def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Download and map the shards of one worker."""
+    loaded = [
+        _load_bundle(store, manifest, keys.dataset_shard(manifest.name, i), manifest.shard_rows[i])
+        for i in shards_of_worker(manifest, rank, workers)
+    ]
+    if len(loaded) == 1:
+        return loaded[0]
+    return np.concatenate([X for X, _ in loaded]), np.concatenate([y for _, y in loaded])
+
+
+def load_test(store: Channel, manifest: Manifest) -> tuple[np.ndarray, np.ndarray] | None:
+    if manifest.test_rows == 0:
+        return None
+    return _load_bundle(store, manifest, keys.dataset_test(manifest.name), manifest.test_rows)

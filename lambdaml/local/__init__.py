@@ -1,0 +1,1 @@
+"""The local stack: services on loopback that stand in for AWS."""

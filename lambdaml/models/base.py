@@ -1,0 +1,52 @@
+"""The model interface the training loop needs: flat parameters, loss and gradient sums."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class Model(ABC):
+    """A model whose parameters are one flat vector, so collectives move one array.
+
+    Losses and gradients are returned as *sums* over the batch, not means, so that the
+    reduction across workers of unequal batches is exact: sum the sums, divide by the
+    summed count.
+    """
+
+    def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
+        self.n_features = n_features
+        self.l2 = l2
+
+    @property
+    @abstractmethod
+    def n_params(self) -> int: ...
+
+    @abstractmethod
+    def init_params(self, seed: int) -> np.ndarray: ...
+
+    @abstractmethod
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Sum over the batch of the data loss, and of its gradient."""
+
+    @abstractmethod
+    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+        """Gradient of the regularizer, added once to the averaged data gradient."""
+
+    @abstractmethod
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray: ...
+
+    def mean_loss(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+        if len(y) == 0:
+            return float("nan")
+        loss, _ = self.loss_grad_sum(params, X, y)
+        return loss / len(y)
+
+    def accuracy(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+        if len(y) == 0:
+            return float("nan")
+        return float(np.mean(self.predict(params, X) == self.labels(y)))
+
+    def labels(self, y: np.ndarray) -> np.ndarray:
+        return y

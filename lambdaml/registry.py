@@ -1,0 +1,69 @@
+"""One registry type for every plug-in kind (channels, algorithms, models, patterns...).
+
+Entries are either objects or lazy ``"module:attribute"`` strings, so that choosing a
+plug-in imports only that plug-in (the numpy path never imports torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from lambdaml.errors import ConfigError, UnknownName
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps a name to a plug-in; rejects duplicates and answers unknown names with the known ones."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T | str] = {}
+        self._hints: dict[str, str] = {}
+
+    def register(self, name: str, obj: T | str, *, install_hint: str = "") -> None:
+        if name in self._entries:
+            raise ConfigError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = obj
+        if install_hint:
+            self._hints[name] = install_hint
+
+    def decorator(self, name: str) -> Callable[[T], T]:
+        """``@REGISTRY.decorator("name")`` registers the decorated object."""
+
+        def wrap(obj: T) -> T:
+            self.register(name, obj)
+            return obj
+
+        return wrap
+
+    def get(self, name: str) -> T:
+        try:
+            entry = self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise UnknownName(f"unknown {self.kind} {name!r}; known: {known}") from None
+        if isinstance(entry, str):
+            module_name, _, attr = entry.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                hint = self._hints.get(name, "")
+                raise ConfigError(
+                    f"{self.kind} {name!r} needs a package that is missing ({exc.name})" + (f": {hint}" if hint else "")
+                ) from None
+            loaded: T = getattr(module, attr)
+            self._entries[name] = loaded
+            return loaded
+        return entry
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())

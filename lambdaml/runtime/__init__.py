@@ -1,0 +1,1 @@
+"""The backend-neutral worker core and the job driver."""

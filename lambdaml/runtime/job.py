@@ -1,0 +1,113 @@
+"""The job driver: check the job before any worker starts, run it, assemble the result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lambdaml import keys
+from lambdaml.backends import BACKENDS, JobEvent
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import JobSpec
+from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
+from lambdaml.errors import JobFailed
+from lambdaml.storage import open_storage, put_json
+
+log = logging.getLogger(__name__)
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def preflight(job: JobSpec) -> tuple[Channel, Manifest]:
+    """Fail fast, with one line, on what would otherwise fail inside every worker."""
+    store = open_storage(job.storage)
+    manifest = read_manifest(store, job.dataset)
+    shards_of_worker(manifest, 0, job.workers)
+    channel = open_channel(job.channel)
+    channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
+    channel.ping()
+    channel.close()
+    return store, manifest
+
+
+def run_job(
+    job: JobSpec,
+    *,
+    job_id: str | None = None,
+    backend: str = "local",
+    on_event: Callable[[JobEvent], None] | None = None,
+    results_dir: str | Path | None = "results",
+) -> dict[str, Any]:
+    """Run a job to the end and return its result record (also written to S3 and disk)."""
+    job_id = job_id or new_job_id(job.name)
+    store, manifest = preflight(job)
+    put_json(store, keys.job_spec(job_id), job.model_dump(mode="json"))
+    started_at = datetime.now(UTC).isoformat()
+    started = time.perf_counter()
+    try:
+        reports = BACKENDS.get(backend)().run(job, job_id, on_event=on_event)
+    except JobFailed:
+        _cleanup_channel(job, job_id)
+        raise
+    wall_s = time.perf_counter() - started
+    result = assemble_result(job, job_id, manifest, reports, wall_s=wall_s, started_at=started_at)
+    put_json(store, keys.job_result(job_id), result)
+    if results_dir is not None:
+        path = Path(results_dir) / f"{job_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1))
+        result["result_path"] = str(path)
+    return result
+
+
+def _cleanup_channel(job: JobSpec, job_id: str) -> None:
+    """A failed job leaves nothing behind on the channel (best effort: it may be the cause)."""
+    try:
+        with open_channel(job.channel) as channel:
+            channel.clear(keys.comm_prefix(job_id))
+    except Exception as exc:  # the job has already failed; report that, not this
+        log.warning("could not clean up the channel after job %s failed: %s", job_id, exc)
+
+
+def assemble_result(
+    job: JobSpec,
+    job_id: str,
+    manifest: Manifest,
+    reports: list[dict[str, Any]],
+    *,
+    wall_s: float,
+    started_at: str,
+) -> dict[str, Any]:
+    """The result record: where the model is, the loss curve, the per-worker breakdown."""
+    lead = reports[0]
+    checksums = {r["model_checksum"] for r in reports}
+    epoch_times = _epoch_times(reports)
+    curve = zip(lead["losses"], epoch_times, strict=True)
+    return {
+        "job_id": job_id,
+        "status": "succeeded",
+        "started_at": started_at,
+        "finished_at": datetime.now(UTC).isoformat(),
+        "wall_time_s": wall_s,
+        "spec": job.model_dump(mode="json"),
+        "dataset": {"name": manifest.name, "train_rows": manifest.train_rows, "test_rows": manifest.test_rows},
+        "model_uri": lead["model_uri"],
+        "ranks_agree": len(checksums) == 1,
+        "loss_curve": [{"epoch": i + 1, "loss": loss, "elapsed_s": t} for i, (loss, t) in enumerate(curve)],
+        "test_accuracy": lead.get("test_accuracy"),
+        "test_loss": lead.get("test_loss"),
+        "workers": [{"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"]} for r in reports],
+    }
+
+
+def _epoch_times(reports: list[dict[str, Any]]) -> list[float]:
+    times = reports[0].get("epoch_elapsed_s")
+    return list(times) if times else [float("nan")] * len(reports[0]["losses"])

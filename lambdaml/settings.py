@@ -1,0 +1,17 @@
+"""Environment variable names, in one place."""
+
+from __future__ import annotations
+
+import os
+
+# Credentials used when talking to a loopback endpoint (moto) and none are configured.
+LOCAL_ACCESS_KEY = "testing"
+LOCAL_SECRET_KEY = "testing"
+
+ENV_REDIS_PASSWORD = "LAMBDAML_REDIS_PASSWORD"
+ENV_LOG_LEVEL = "LAMBDAML_LOG_LEVEL"
+ENV_RESULTS_DIR = "LAMBDAML_RESULTS_DIR"
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name, default)

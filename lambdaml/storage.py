@@ -1,0 +1,42 @@
+"""The data store: the S3 bucket that holds datasets, job records, models and results.
+
+It is an S3 channel under the hood, so it shares the channel's error translation,
+retries and accounting.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import ChannelSpec, StorageSpec
+from lambdaml.errors import CodecError, KeyNotFound
+
+
+def open_storage(spec: StorageSpec) -> Channel:
+    return open_channel(
+        ChannelSpec(
+            kind="s3",
+            bucket=spec.bucket,
+            endpoint_url=spec.endpoint_url,
+            region=spec.region,
+            connect_timeout_s=spec.connect_timeout_s,
+        )
+    )
+
+
+def put_json(store: Channel, key: str, value: Any) -> None:
+    store.put(key, json.dumps(value, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def get_json(store: Channel, key: str) -> Any:
+    """Read a JSON record; raises KeyNotFound or CodecError."""
+    raw = store.get(key)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CodecError(f"{key} is not valid JSON: {exc}") from None
+
+
+__all__ = ["KeyNotFound", "get_json", "open_storage", "put_json"]

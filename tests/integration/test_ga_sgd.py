@@ -1,0 +1,134 @@
+"""The first job end to end: BSP GA-SGD for LR over every channel, against references."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lambdaml import codec, keys
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import JobSpec, StorageSpec, parse_job
+from lambdaml.data import shards, synthetic
+from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
+from lambdaml.models.linear import LogisticRegression
+from lambdaml.runtime.job import run_job
+from lambdaml.storage import open_storage
+from tests.helpers import Services, channel_spec, unique_name
+
+WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def storage(services: Services) -> tuple[StorageSpec, Channel]:
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    return spec, store
+
+
+def make_job(storage: StorageSpec, channel: Any, dataset: str, **algorithm: Any) -> JobSpec:
+    l2 = algorithm.pop("l2", 0.0)
+    return parse_job(
+        {
+            "name": "it",
+            "workers": WORKERS,
+            "dataset": dataset,
+            "storage": storage.model_dump(),
+            "channel": channel.model_dump(),
+            "model": {"name": "lr", "l2": l2},
+            "algorithm": {"name": "ga_sgd", "seed": 7, **algorithm},
+            "sync": {"timeout_s": 60},
+        }
+    )
+
+
+def load_model(store: Channel, job_id: str) -> np.ndarray:
+    return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
+
+
+def single_process_sgd(store: Channel, manifest: shards.Manifest, job: JobSpec) -> np.ndarray:
+    """Mini-batch SGD in one process over the concatenation of what every worker takes each step."""
+    spec = job.algorithm
+    data = [shards.load_worker_data(store, manifest, r, WORKERS) for r in range(WORKERS)]
+    model = LogisticRegression(manifest.n_features, l2=job.model.l2)
+    params = model.init_params(spec.seed)
+    steps = steps_per_epoch(max(len(y) for _, y in data), spec.batch_size)
+    for epoch in range(spec.epochs):
+        batches = [
+            list(
+                batch_indices(
+                    epoch_order(len(y), epoch=epoch, rank=r, seed=spec.seed, shuffle=True), spec.batch_size, steps
+                )
+            )
+            for r, (_, y) in enumerate(data)
+        ]
+        for step in range(steps):
+            Xb = np.concatenate([X[batches[r][step]] for r, (X, _) in enumerate(data)])
+            yb = np.concatenate([y[batches[r][step]] for r, (_, y) in enumerate(data)])
+            if len(yb):
+                _, grad = model.loss_grad_sum(params, Xb, yb)
+                params -= spec.lr * (grad / len(yb) + model.regularizer_grad(params))
+    return params
+
+
+@pytest.fixture(scope="module")
+def uneven_dataset(storage: tuple[StorageSpec, Channel]) -> shards.Manifest:
+    # 1,922 training rows: shards of 481, 481, 480, 480, so the last step's batches are unequal.
+    X, y, _ = synthetic.higgs_like(2403, seed=3)
+    return shards.prepare(storage[1], "equiv", X, y, shards=WORKERS, test_fraction=0.2, seed=1)
+
+
+@pytest.mark.parametrize("kind", ["s3", "redis", "memcached", "dynamodb", "memory"])
+def test_bsp_ga_sgd_equals_single_process_sgd(
+    kind: str, services: Services, storage: tuple[StorageSpec, Channel], uneven_dataset: shards.Manifest, tmp_path: Any
+) -> None:
+    spec, store = storage
+    job = make_job(spec, channel_spec(kind, services), "equiv", epochs=2, batch_size=40, lr=0.5, l2=1e-3)
+    result = run_job(job, results_dir=tmp_path)
+
+    distributed = load_model(store, result["job_id"])
+    reference = single_process_sgd(store, uneven_dataset, job)
+    assert result["ranks_agree"], "every rank must end with the identical model under BSP"
+    assert np.max(np.abs(distributed - reference)) <= 1e-5
+    assert [p["epoch"] for p in result["loss_curve"]] == [1, 2]
+    assert result["loss_curve"][1]["loss"] < result["loss_curve"][0]["loss"]
+    for worker in result["workers"]:
+        assert worker["total_s"] >= worker["load_s"] + worker["compute_s"]
+        assert worker["channel"]["puts"] > 0
+    # The job leaves nothing of itself on the channel.
+    if kind != "memory":  # the in-memory channel lives and dies with the job
+        with open_channel(job.channel) as channel:
+            assert channel.list(keys.comm_prefix(result["job_id"])) == []
+
+
+def test_four_workers_match_single_process_accuracy(
+    services: Services, storage: tuple[StorageSpec, Channel], tmp_path: Any
+) -> None:
+    spec, store = storage
+    X, y, _ = synthetic.higgs_like(20_000, seed=11)
+    manifest = shards.prepare(store, "higgs-acc", X, y, shards=WORKERS, test_fraction=0.2, seed=2)
+    job = make_job(spec, channel_spec("redis", services), "higgs-acc", epochs=3, batch_size=50, lr=0.2)
+    result = run_job(job, results_dir=tmp_path)
+
+    # Single process, same epochs, same batch size, over all training rows.
+    train = [shards.load_worker_data(store, manifest, r, WORKERS) for r in range(WORKERS)]
+    X_train = np.concatenate([X for X, _ in train])
+    y_train = np.concatenate([y for _, y in train])
+    model = LogisticRegression(manifest.n_features)
+    params = model.init_params(0)
+    for epoch in range(3):
+        order = epoch_order(len(y_train), epoch=epoch, rank=0, seed=0, shuffle=True)
+        for rows in batch_indices(order, 50, steps_per_epoch(len(y_train), 50)):
+            _, grad = model.loss_grad_sum(params, X_train[rows], y_train[rows])
+            params -= 0.2 * grad / len(rows)
+    test = shards.load_test(store, manifest)
+    assert test is not None
+    single_accuracy = model.accuracy(params, *test)
+
+    assert single_accuracy > 0.8, "the reference itself must have learned"
+    assert abs(result["test_accuracy"] - single_accuracy) <= 0.01
+    # Result JSON is in S3 as well as on disk.
+    assert (tmp_path / f"{result['job_id']}.json").exists()
+    assert store.get(keys.job_result(result["job_id"]))
