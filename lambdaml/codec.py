@@ -24,7 +24,8 @@ BUNDLE_MAGIC = b"LMLB"
 VERSION = 1
 # magic, version, dtype code, ndim, reserved, payload bytes, crc32, reserved
 _HEADER = struct.Struct("<4sBBBBQII")
-_BUNDLE_HEADER = struct.Struct("<4sBxxxI")
+# magic, version, entry count, crc32 of the entry table and names (payloads carry their own)
+_BUNDLE_HEADER = struct.Struct("<4sBxxxII")
 _ENTRY = struct.Struct("<HxxxxxxQ")  # name length, tensor length
 MAX_NDIM = 8
 
@@ -78,11 +79,13 @@ def decode(
     view = memoryview(data).cast("B")
     if len(view) < _HEADER.size:
         raise CodecError(f"{what} is truncated: {len(view)} bytes is shorter than a tensor header")
-    magic, version, code, ndim, _, length, crc, _ = _HEADER.unpack_from(view)
+    magic, version, code, ndim, reserved, length, crc, reserved2 = _HEADER.unpack_from(view)
     if magic != MAGIC:
         raise CodecError(f"{what} is not a LambdaML tensor (bad magic {bytes(magic)!r})")
     if version != VERSION:
         raise CodecError(f"{what} has tensor format version {version}; this build reads {VERSION}")
+    if reserved or reserved2:
+        raise CodecError(f"{what} is corrupt: reserved header bytes are set")
     if code not in _DTYPES:
         raise CodecError(f"{what} has unknown dtype code {code}")
     if ndim > MAX_NDIM:
@@ -105,19 +108,23 @@ def decode(
         raise CodecError(f"{what} has dtype {item}, expected {np.dtype(dtype)}")
     if shape is not None and tuple(shape) != tuple(dims):
         raise CodecError(f"{what} has shape {tuple(dims)}, expected {tuple(shape)}")
-    return np.frombuffer(view, dtype=item, count=count, offset=shape_end).reshape(dims)
+    array = np.frombuffer(view, dtype=item, count=count, offset=shape_end).reshape(dims)
+    array.flags.writeable = False  # shares memory with the value it came from
+    return array
 
 
 def encode_bundle(arrays: Mapping[str, np.ndarray]) -> bytes:
     """Encode named arrays into one value (a data shard, a model's parameters)."""
-    parts = [_BUNDLE_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays))]
+    parts: list[bytes] = []
+    table_crc = 0
     for name, array in arrays.items():
         raw_name = name.encode("utf-8")
         tensor = encode(array)
-        parts.append(_ENTRY.pack(len(raw_name), len(tensor)))
-        parts.append(raw_name + b"\0" * _pad8(len(raw_name)))
+        entry = _ENTRY.pack(len(raw_name), len(tensor)) + raw_name
+        table_crc = zlib.crc32(entry, table_crc)
+        parts.append(entry + b"\0" * _pad8(len(raw_name)))
         parts.append(tensor + b"\0" * _pad8(len(tensor)))
-    return b"".join(parts)
+    return _BUNDLE_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), table_crc) + b"".join(parts)
 
 
 def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, np.ndarray]:
@@ -125,13 +132,15 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
     view = memoryview(data).cast("B")
     if len(view) < _BUNDLE_HEADER.size:
         raise CodecError(f"{what} is truncated: {len(view)} bytes")
-    magic, version, count = _BUNDLE_HEADER.unpack_from(view)
+    magic, version, count, table_crc = _BUNDLE_HEADER.unpack_from(view)
     if magic != BUNDLE_MAGIC:
         raise CodecError(f"{what} is not a LambdaML bundle (bad magic {bytes(magic)!r})")
     if version != VERSION:
         raise CodecError(f"{what} has bundle format version {version}; this build reads {VERSION}")
     offset = _BUNDLE_HEADER.size
     out: dict[str, np.ndarray] = {}
+    crc = 0
+    entries: list[tuple[str, memoryview]] = []
     for _ in range(count):
         if offset + _ENTRY.size > len(view):
             raise CodecError(f"{what} is truncated in its entry table")
@@ -139,14 +148,19 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
         offset += _ENTRY.size
         name_end = offset + name_len
         tensor_start = name_end + _pad8(name_len)
-        if tensor_start + tensor_len > len(view):
+        if tensor_start + tensor_len + _pad8(tensor_len) > len(view):
             raise CodecError(f"{what} is truncated")
+        crc = zlib.crc32(view[offset - _ENTRY.size : name_end], crc)
         try:
             name = bytes(view[offset:name_end]).decode("utf-8")
         except UnicodeDecodeError:
             raise CodecError(f"{what} has an entry name that is not UTF-8") from None
-        out[name] = decode(view[tensor_start : tensor_start + tensor_len], what=f"{what} entry {name!r}")
+        entries.append((name, view[tensor_start : tensor_start + tensor_len]))
         offset = tensor_start + tensor_len + _pad8(tensor_len)
+    if crc != table_crc:
+        raise CodecError(f"{what} is corrupt: entry table checksum mismatch")
+    for name, tensor in entries:
+        out[name] = decode(tensor, what=f"{what} entry {name!r}")
     if offset != len(view):
         raise CodecError(f"{what} has {len(view) - offset} unexpected trailing bytes")
     return out

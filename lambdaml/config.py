@@ -29,7 +29,8 @@ def _known_name(registry: Registry[Any], name: str) -> str:
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "4" or true is not a worker count; a typed job file says what it means
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 ChannelKind = Literal["s3", "redis", "memcached", "dynamodb", "memory"]
@@ -93,10 +94,10 @@ class AlgorithmSpec(_Spec):
 
         return _known_name(ALGORITHMS, name)
 
-    @field_validator("lr")
+    @field_validator("lr", mode="before")
     @classmethod
-    def _finite(cls, lr: float) -> float:
-        if not math.isfinite(lr):
+    def _finite(cls, lr: object) -> object:
+        if isinstance(lr, float) and not math.isfinite(lr):
             raise ValueError("must be a finite number")
         return lr
 
@@ -149,7 +150,7 @@ class JobSpec(_Spec):
 def _format_errors(source: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode("ascii") or "(top level)"
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"

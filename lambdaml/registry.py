@@ -54,7 +54,10 @@ class Registry(Generic[T]):
                 raise ConfigError(
                     f"{self.kind} {name!r} needs a package that is missing ({exc.name})" + (f": {hint}" if hint else "")
                 ) from None
-            loaded: T = getattr(module, attr)
+            try:
+                loaded: T = getattr(module, attr)
+            except AttributeError:
+                raise ConfigError(f"{self.kind} {name!r} points at {entry!r}, which does not exist") from None
             self._entries[name] = loaded
             return loaded
         return entry

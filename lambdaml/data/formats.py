@@ -22,9 +22,12 @@ def load_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
             continue
         fields = text.split()
         try:
-            labels.append(float(fields[0]))
+            label = float(fields[0])
         except ValueError:
             raise DataError(f"{path}:{lineno}: label {fields[0]!r} is not a number") from None
+        if not np.isfinite(label):
+            raise DataError(f"{path}:{lineno}: label {fields[0]!r} is not finite")
+        labels.append(label)
         indices: list[int] = []
         values: list[float] = []
         for field in fields[1:]:
@@ -55,36 +58,39 @@ def load_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
 
 
 def load_csv(path: str | Path, label_column: Literal["first", "last"] = "first") -> tuple[np.ndarray, np.ndarray]:
-    """Read a numeric CSV (an optional header line is skipped) with the label first or last."""
+    """Read a numeric CSV with the label first or last; a first line of only names is a header."""
     path = Path(path)
-    lines = [line for line in _read_lines(path) if line.strip()]
-    if lines and not _is_numeric_row(lines[0]):
-        lines = lines[1:]  # header
+    lines = [(lineno, line) for lineno, line in enumerate(_read_lines(path), start=1) if line.strip()]
+    if lines and _is_header(lines[0][1]):
+        lines = lines[1:]
     if not lines:
         raise DataError(f"{path}: no data rows")
-    width = len(lines[0].split(","))
+    width = len(lines[0][1].split(","))
     if width < 2:
         raise DataError(f"{path}: a row needs a label and at least one feature")
     data = np.empty((len(lines), width), dtype=np.float64)
-    for i, line in enumerate(lines):
+    for i, (lineno, line) in enumerate(lines):
         fields = line.split(",")
         if len(fields) != width:
-            raise DataError(f"{path}: row {i + 1} has {len(fields)} columns, expected {width}")
+            raise DataError(f"{path}:{lineno}: {len(fields)} columns, expected {width}")
         try:
             data[i] = [float(f) for f in fields]
         except ValueError:
-            raise DataError(f"{path}: row {i + 1} has a value that is not a number") from None
-    if not np.all(np.isfinite(data)):
-        raise DataError(f"{path}: contains NaN or infinite values")
+            raise DataError(f"{path}:{lineno}: a value is not a number") from None
+        if not np.all(np.isfinite(data[i])):
+            raise DataError(f"{path}:{lineno}: NaN or infinite value")
     if label_column == "first":
         return data[:, 1:].astype(np.float32), data[:, 0].astype(np.float32)
     return data[:, :-1].astype(np.float32), data[:, -1].astype(np.float32)
 
 
-def _is_numeric_row(line: str) -> bool:
-    try:
-        [float(f) for f in line.split(",")]
-    except ValueError:
+def _is_header(line: str) -> bool:
+    """Only a line with no number in it is a header; a typo in a data row stays an error."""
+    for field in line.split(","):
+        try:
+            float(field)
+        except ValueError:
+            continue
         return False
     return True
 

@@ -104,6 +104,8 @@ def read_manifest(store: Channel, name: str) -> Manifest:
         raise DataError(
             f"dataset {name!r} not found: {store.describe()} has no {key} (run 'lambdaml data prepare')"
         ) from None
+    except CodecError as exc:
+        raise DataError(str(exc)) from None
     try:
         manifest = Manifest(**raw)
     except TypeError as exc:
