@@ -1,6 +1,7 @@
 """Start and stop local services (moto, Redis, Memcached) on free loopback ports.
 
-Every wait here is bounded: a service that does not come up fails with a clear error.
+Used by ``lambdaml demo``, the local stack and the test session. Every wait here is
+bounded: a service that does not come up fails with its log's tail in the error.
 """
 
 from __future__ import annotations
@@ -12,15 +13,24 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from lambdaml.errors import LambdaMLError
 
 log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+_PACKAGES = {"redis-server": "redis-server", "memcached": "memcached"}
+
+
+class ServiceError(LambdaMLError):
+    """A local service is missing or did not start."""
 
 
 def free_port() -> int:
@@ -34,6 +44,7 @@ class Service:
     name: str
     port: int
     process: subprocess.Popen[bytes]
+    log_path: Path
 
     @property
     def url(self) -> str:
@@ -49,78 +60,76 @@ class Service:
                 self.process.wait(timeout=10)
 
 
-def _wait_until(ready: object, service: Service, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def _start(name: str, argv: list[str], port: int, ready: Callable[[], bool], log_path: Path | None) -> Service:
+    """Start a service and wait, bounded, until ``ready``."""
+    if log_path is None:
+        log_path = Path(tempfile.mkdtemp(prefix=f"lambdaml-{name}-")) / f"{name}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    service = Service(name, port, process, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
     delay = 0.02
-    while time.monotonic() < deadline:
-        if service.process.poll() is not None:
-            raise LambdaMLError(f"{service.name} exited at start (code {service.process.returncode})")
-        if ready():  # type: ignore[operator]
-            return
+    while time.monotonic() < deadline and process.poll() is None:
+        if ready():
+            log.info("%s is up on port %d", name, port)
+            return service
         time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        delay = min(delay * 1.5, 0.25)
     service.stop()
-    raise LambdaMLError(f"{service.name} did not start on port {service.port} within {timeout:g}s")
+    tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+    raise ServiceError(f"{name} did not start on port {port} within {START_TIMEOUT_S:g}s: {tail or 'no output'}")
 
 
-def _accepts(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+def _answers(port: int, request: bytes, expect: bytes) -> bool:
+    """True when a TCP server on the port answers ``request`` with a reply starting ``expect``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(request)
+            return sock.recv(64).startswith(expect)
+    except OSError:
+        return False
+
+
+def _http_up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0):
+            return True
+    except urllib.error.HTTPError:  # any HTTP answer means the server is up
         return True
-    return False
-
-
-def start_moto(port: int | None = None, timeout: float = 60.0) -> Service:
-    """moto's server (S3, DynamoDB, ...) as a subprocess: its own process, its own GIL."""
-    port = port or free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    service = Service("moto_server", port, process)
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"{service.url}/moto-api/data.json", timeout=1):
-                return True
-        except (urllib.error.URLError, OSError):
-            return False
-
-    _wait_until(ready, service, timeout)
-    return service
-
-
-_PACKAGES = {"redis-server": "redis-server", "memcached": "memcached"}
+    except OSError:
+        return False
 
 
 def _binary(name: str) -> str:
     path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/usr/sbin/{name}") if os.path.exists(p)), None)
     if path is None:
-        raise LambdaMLError(f"{name} is not installed; 'make test' installs it (apt-get install {_PACKAGES[name]})")
+        raise ServiceError(f"{name} is not installed; 'make test' installs it (apt-get install {_PACKAGES[name]})")
     return path
 
 
-def start_redis(port: int | None = None, timeout: float = 20.0) -> Service:
+def start_moto(port: int | None = None, log_path: Path | None = None) -> Service:
+    """moto's server (S3, DynamoDB, ...) as a subprocess: its own process, its own GIL."""
     port = port or free_port()
-    process = subprocess.Popen(
-        [_binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    service = Service("redis-server", port, process)
-    _wait_until(lambda: _accepts(port), service, timeout)
-    return service
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return _start("moto_server", argv, port, lambda: _http_up(f"http://127.0.0.1:{port}/moto-api/"), log_path)
 
 
-def start_memcached(port: int | None = None, timeout: float = 20.0, item_size: str = "1m") -> Service:
+def start_redis(port: int | None = None, log_path: Path | None = None) -> Service:
+    """A redis-server without persistence."""
     port = port or free_port()
-    command = [_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-I", item_size]
+    argv = [_binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return _start("redis-server", argv, port, lambda: _answers(port, b"PING\r\n", b"+PONG"), log_path)
+
+
+def start_memcached(
+    port: int | None = None, log_path: Path | None = None, *, item_size: str = "1m", memory_mb: int = 256
+) -> Service:
+    """A memcached; the default 1 MiB item limit is kept so that chunking is exercised."""
+    port = port or free_port()
+    argv = [_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-I", item_size, "-m", str(memory_mb)]
     if os.geteuid() == 0:
-        command += ["-u", "root"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    service = Service("memcached", port, process)
-    _wait_until(lambda: _accepts(port), service, timeout)
-    return service
+        argv += ["-u", "root"]  # memcached refuses to run as root otherwise
+    return _start("memcached", argv, port, lambda: _answers(port, b"version\r\n", b"VERSION"), log_path)
 
 
 @contextlib.contextmanager

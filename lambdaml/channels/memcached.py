@@ -1,0 +1,217 @@
+"""The Memcached channel (ElastiCache for Memcached): fast, with batch reads and a counter.
+
+Memcached refuses items of 1 MiB and more by default, so values are chunked by the base
+above ``max_item_bytes``. It has no key listing: ``_list`` walks the server's items with
+``lru_crawler metadump all``. It is a cache: when its memory is full it evicts the least
+recently used items, so size the server for a round's traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
+
+from pymemcache.client.base import PooledClient
+from pymemcache.exceptions import (
+    MemcacheError,
+    MemcacheIllegalInputError,
+    MemcacheServerError,
+    MemcacheUnexpectedCloseError,
+)
+
+from lambdaml.channels.base import Channel
+from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+
+if TYPE_CHECKING:
+    from lambdaml.config import ChannelSpec
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+DEFAULT_PORT = 11211
+DEFAULT_MAX_ITEM_BYTES = 1_000_000  # under the 1 MiB default item limit, with room for the key and header
+SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
+LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
+_BATCH = 100  # keys per multi-get / multi-delete request
+
+
+class _UnknownCommand(Exception):
+    """The server answered a plain ERROR: it does not know this metadump mode."""
+
+
+class MemcachedChannel(Channel):
+    """Values as memcached items; get_many for batch reads, add+incr for counters."""
+
+    kind = "memcached"
+
+    def __init__(
+        self,
+        client: Any,
+        server: tuple[str, int] | None = None,
+        max_item_bytes: int | None = DEFAULT_MAX_ITEM_BYTES,
+        *,
+        list_timeout_s: float = LIST_TIMEOUT_S,
+    ) -> None:
+        super().__init__()
+        self.client = client
+        if server is None:
+            server = getattr(client, "server", None)
+        if server is None or isinstance(server, str):
+            raise ChannelError("the memcached channel needs the server's (host, port) to list keys")
+        self.server: tuple[str, int] = (str(server[0]), int(server[1]))
+        self.max_item_bytes = max_item_bytes
+        self.list_timeout_s = list_timeout_s
+        self._dump_mode = "hash"  # falls back to "all" on servers without the hash walk
+        self.endpoint = f"{self.server[0]}:{self.server[1]}"
+
+    @classmethod
+    def from_spec(cls, spec: ChannelSpec) -> MemcachedChannel:
+        server = (spec.host, spec.port or DEFAULT_PORT)
+        client = PooledClient(
+            server,
+            connect_timeout=spec.connect_timeout_s,
+            timeout=SOCKET_TIMEOUT_S,
+            no_delay=True,  # without TCP_NODELAY a 40 KB get waits ~40 ms on delayed ACKs
+            default_noreply=False,  # a refused set must be seen, not assumed stored
+        )
+        return cls(client, server, spec.max_item_bytes or DEFAULT_MAX_ITEM_BYTES)
+
+    def describe(self) -> str:
+        return f"memcached://{self.endpoint}"
+
+    def _call(self, what: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Run one client call, translating pymemcache and socket errors at the boundary."""
+        try:
+            return fn(*args, **kwargs)
+        except MemcacheUnexpectedCloseError as exc:
+            raise TransientChannelError(f"memcached at {self.endpoint} closed the connection during {what}") from exc
+        except MemcacheServerError as exc:
+            raise ChannelError(f"memcached at {self.endpoint} refused {what}: {exc}") from exc
+        except MemcacheIllegalInputError as exc:
+            raise ChannelError(f"memcached {what}: invalid input: {exc}") from exc
+        except MemcacheError as exc:
+            raise ChannelError(f"memcached {what} failed at {self.endpoint}: {exc}") from exc
+        except (TimeoutError, OSError) as exc:  # refused, reset, unreachable, timed out
+            raise ChannelUnavailable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
+
+    def _put(self, key: str, data: bytes) -> None:
+        stored = self._call(f"set {key}", self.client.set, key, data, noreply=False)
+        if not stored:
+            raise ChannelError(f"memcached at {self.endpoint} did not store {key} ({len(data)} bytes)")
+
+    def _get(self, key: str) -> bytes:
+        value = self._call(f"get {key}", self.client.get, key)
+        if value is None:
+            raise KeyNotFound(f"memcached://{self.endpoint}/{key} not found")
+        return bytes(value)
+
+    def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        unique = list(dict.fromkeys(keys))
+        batches = [unique[i : i + _BATCH] for i in range(0, len(unique), _BATCH)]
+
+        def fetch(batch: list[str]) -> dict[str, bytes]:
+            values = self._call(f"get of {len(batch)} keys", self.client.get_many, batch)
+            return {str(k): bytes(v) for k, v in values.items() if v is not None}
+
+        found: dict[str, bytes] = {}
+        for part in self._map(fetch, batches):
+            found.update(part)
+        return found
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), _BATCH):
+            batch = list(keys[start : start + _BATCH])
+            self._call(f"delete of {len(batch)} keys", self.client.delete_many, batch, noreply=False)
+
+    def _incr(self, key: str, amount: int) -> int:
+        if amount < 0:
+            raise ChannelError("memcached counters only count up (decr stops at 0 instead of going negative)")
+        # incr needs the item to exist; add is a no-op when it already does.
+        self._call(f"add {key}", self.client.add, key, b"0", noreply=False)
+        value = self._call(f"incr {key}", self.client.incr, key, amount, noreply=False)
+        if value is None:
+            raise TransientChannelError(f"memcached counter {key} vanished between add and incr (evicted?)")
+        return int(value)
+
+    def _list(self, prefix: str) -> Iterable[str]:
+        deadline = time.monotonic() + self.list_timeout_s
+        delay = 0.005
+        while True:
+            lines = self._metadump(deadline)
+            if lines is not None:
+                break
+            if time.monotonic() + delay > deadline:
+                raise TransientChannelError(f"memcached at {self.endpoint}: the LRU crawler stayed busy")
+            time.sleep(delay)  # another crawl (ours or the server's own) is running
+            delay = min(delay * 2, 0.2)
+        now = time.time()
+        keys = []
+        for line in lines:
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            if "key" not in fields:
+                continue
+            key = unquote(fields["key"])
+            exp = int(fields.get("exp", "-1"))
+            if key.startswith(prefix) and (exp < 0 or exp > now):
+                keys.append(key)
+        return keys
+
+    def _metadump(self, deadline: float) -> list[str] | None:
+        """Every item line from ``lru_crawler metadump``; None while the crawler is busy.
+
+        ``metadump hash`` walks the hash table. ``metadump all`` walks the LRUs and can miss
+        an item the LRU maintainer moves between segments mid-walk, so it is only the fallback
+        for servers older than the hash mode.
+        """
+        while True:
+            mode = self._dump_mode
+            try:
+                return self._dump(mode, deadline)
+            except _UnknownCommand:
+                if mode != "hash":
+                    raise ChannelError(f"memcached at {self.endpoint} cannot list keys (no lru_crawler)") from None
+                log.warning("memcached at %s has no 'metadump hash'; listing via the LRUs", self.endpoint)
+                self._dump_mode = "all"
+
+    def _dump(self, mode: str, deadline: float) -> list[str] | None:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        try:
+            with socket.create_connection(self.server, timeout=min(remaining, SOCKET_TIMEOUT_S)) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.sendall(f"lru_crawler metadump {mode}\r\n".encode())
+                buffer = bytearray()
+                while True:
+                    if time.monotonic() > deadline:
+                        raise ChannelUnavailable(f"memcached at {self.endpoint}: key listing timed out")
+                    data = sock.recv(1 << 16)
+                    if not data:
+                        raise TransientChannelError(f"memcached at {self.endpoint} closed the connection mid-listing")
+                    buffer += data
+                    if buffer.startswith(b"BUSY") and buffer.endswith(b"\r\n"):
+                        return None
+                    if buffer == b"ERROR\r\n":
+                        raise _UnknownCommand(mode)
+                    if buffer.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")) and buffer.endswith(b"\r\n"):
+                        message = bytes(buffer).decode(errors="replace").strip()
+                        raise ChannelError(f"memcached at {self.endpoint} cannot list keys: {message}")
+                    # Item lines end in "\n" and hold URL-encoded keys, so "\nEND\r\n" only ends the dump.
+                    if buffer.endswith(b"END\r\n") and (len(buffer) == 5 or buffer[-6:-5] == b"\n"):
+                        break
+        except (TimeoutError, OSError) as exc:
+            raise ChannelUnavailable(f"cannot reach memcached at {self.endpoint} to list keys: {exc}") from exc
+        return bytes(buffer[:-5]).decode(errors="replace").splitlines()
+
+    def ensure(self) -> None:
+        """Nothing to create; check the server answers, so a bad endpoint fails at setup."""
+        self.ping()
+
+    def ping(self) -> None:
+        self._call("version", self.client.version)
+
+    def close(self) -> None:
+        super().close()
+        self.client.close()

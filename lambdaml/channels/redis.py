@@ -1,0 +1,125 @@
+"""The Redis channel (ElastiCache for Redis): fast, with batch reads and an atomic counter.
+
+Values are stored as plain strings (bytes); Redis takes values up to 512 MB, so nothing
+is chunked. Listing uses SCAN (never KEYS, which blocks the server).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis as redis_lib
+from redis import exceptions as rx
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from lambdaml import settings
+from lambdaml.channels.base import Channel
+from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+
+if TYPE_CHECKING:
+    from lambdaml.config import ChannelSpec
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+DEFAULT_PORT = 6379
+SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a large GET
+# redis-py's default retry backs off for seconds on a refused connection; keep it short.
+RECONNECT_RETRIES = 2
+_GLOB_CHARS = re.compile(r"([*?\[\]\\])")
+
+
+def escape_glob(prefix: str) -> str:
+    """Escape Redis glob characters so a prefix matches only itself."""
+    return _GLOB_CHARS.sub(r"\\\1", prefix)
+
+
+class RedisChannel(Channel):
+    """Values as Redis strings; MGET for batch reads, INCRBY for counters."""
+
+    kind = "redis"
+
+    def __init__(self, client: Any) -> None:
+        super().__init__()
+        self.client = client
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+        self.endpoint = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+    @classmethod
+    def from_spec(cls, spec: ChannelSpec) -> RedisChannel:
+        client = redis_lib.Redis(
+            host=spec.host,
+            port=spec.port or DEFAULT_PORT,
+            password=settings.get(settings.ENV_REDIS_PASSWORD) or None,
+            socket_connect_timeout=spec.connect_timeout_s,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), RECONNECT_RETRIES),
+        )
+        return cls(client)
+
+    def describe(self) -> str:
+        return f"redis://{self.endpoint}"
+
+    def _call(self, what: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Run one client call, translating redis errors at the boundary."""
+        try:
+            return fn(*args, **kwargs)
+        except rx.BusyLoadingError as exc:
+            raise TransientChannelError(f"redis at {self.endpoint} is loading its dataset: {exc}") from exc
+        except rx.AuthenticationError as exc:
+            raise ChannelUnavailable(f"redis at {self.endpoint} refused the password: {exc}") from exc
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
+            raise ChannelUnavailable(f"cannot reach redis at {self.endpoint}: {exc}") from exc
+        except rx.RedisError as exc:
+            raise ChannelError(f"redis {what} failed at {self.endpoint}: {exc}") from exc
+
+    def _put(self, key: str, data: bytes) -> None:
+        self._call(f"SET {key}", self.client.set, key, data)
+
+    def _get(self, key: str) -> bytes:
+        value = self._call(f"GET {key}", self.client.get, key)
+        if value is None:
+            raise KeyNotFound(f"redis://{self.endpoint}/{key} not found")
+        return bytes(value)
+
+    def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for start in range(0, len(keys), 1000):
+            batch = list(keys[start : start + 1000])
+            values = self._call(f"MGET of {len(batch)} keys", self.client.mget, batch)
+            found.update({k: bytes(v) for k, v in zip(batch, values, strict=True) if v is not None})
+        return found
+
+    def _list(self, prefix: str) -> Iterable[str]:
+        def scan() -> set[str]:
+            # SCAN may return a key more than once while the keyspace is rehashed.
+            return {
+                k.decode() if isinstance(k, bytes) else str(k)
+                for k in self.client.scan_iter(match=escape_glob(prefix) + "*", count=1000)
+            }
+
+        return self._call(f"SCAN {prefix!r}", scan)
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = list(keys[start : start + 1000])
+            if batch:
+                self._call(f"DEL of {len(batch)} keys", self.client.delete, *batch)
+
+    def _incr(self, key: str, amount: int) -> int:
+        return int(self._call(f"INCRBY {key}", self.client.incrby, key, amount))
+
+    def ensure(self) -> None:
+        """Nothing to create; check the server answers, so a bad endpoint fails at setup."""
+        self.ping()
+
+    def ping(self) -> None:
+        self._call("PING", self.client.ping)
+
+    def close(self) -> None:
+        super().close()
+        self.client.close()

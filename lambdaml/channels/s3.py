@@ -1,0 +1,197 @@
+"""The S3 channel: objects in a bucket, the slowest but cheapest and always-there substrate.
+
+botocore errors are translated here, at the boundary, into lambdaml errors. The
+translation helpers are shared with the DynamoDB channel (both speak botocore).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    FlexibleChecksumError,
+    IncompleteReadError,
+    NoCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
+
+from lambdaml import aws
+from lambdaml.channels.base import Channel
+from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+
+if TYPE_CHECKING:
+    from lambdaml.config import ChannelSpec
+
+log = logging.getLogger(__name__)
+
+# Error codes that mean "slow down and try again" on AWS services.
+THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "ProvisionedThroughputExceededException",
+        "TooManyRequestsException",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalServerError",
+        "InternalFailure",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+# A body that arrived cut short or corrupted: retrying the request fetches it again.
+_TRUNCATED_BODY = (FlexibleChecksumError, IncompleteReadError, ResponseStreamingError, ConnectionClosedError)
+_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def status_code(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def translate_botocore(exc: Exception, *, service: str, endpoint: str, what: str) -> ChannelError:
+    """Map a botocore failure that is not resource-specific onto the lambdaml error hierarchy."""
+    if isinstance(exc, ClientError):
+        code, status = error_code(exc), status_code(exc)
+        if code in THROTTLING_CODES or status in _TRANSIENT_STATUS:
+            return TransientChannelError(f"{service} {what}: throttled or unavailable ({code or status})")
+        if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "UnrecognizedClientException"}:
+            return ChannelUnavailable(f"{service} at {endpoint} refused the credentials for {what}: {code}")
+        return ChannelError(f"{service} {what} failed: {code or status}: {exc}")
+    if isinstance(exc, _TRUNCATED_BODY):
+        return TransientChannelError(f"{service} {what}: body truncated or corrupt ({type(exc).__name__})")
+    if isinstance(exc, _UNREACHABLE):
+        return ChannelUnavailable(f"cannot reach {service} at {endpoint}: {type(exc).__name__}")
+    if isinstance(exc, NoCredentialsError):
+        return ChannelUnavailable(f"no AWS credentials to call {service} at {endpoint}")
+    if isinstance(exc, BotoCoreError | ConnectionError):
+        return ChannelUnavailable(f"cannot reach {service} at {endpoint}: {exc}")
+    return ChannelError(f"{service} {what} failed: {exc}")
+
+
+class S3Channel(Channel):
+    """Values as objects in one bucket; listings paginate, deletes go 1,000 keys a request."""
+
+    kind = "s3"
+
+    def __init__(self, client: Any, bucket: str) -> None:
+        super().__init__()
+        self.client = client
+        self.bucket = bucket
+        self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", None) or "AWS")
+
+    @classmethod
+    def from_spec(cls, spec: ChannelSpec) -> S3Channel:
+        if not spec.bucket:
+            raise ChannelError("an s3 channel needs a bucket")
+        client = aws.client(
+            "s3", endpoint_url=spec.endpoint_url, region=spec.region, connect_timeout_s=spec.connect_timeout_s
+        )
+        return cls(client, spec.bucket)
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}"
+
+    def _error(self, exc: Exception, what: str, key: str | None = None) -> ChannelError:
+        if isinstance(exc, ClientError):
+            code = error_code(exc)
+            if code == "NoSuchBucket":
+                return ChannelError(f"s3 bucket {self.bucket!r} does not exist (at {self.endpoint})")
+            if key is not None and (code in {"NoSuchKey", "404", "NotFound"} or status_code(exc) == 404):
+                return KeyNotFound(f"s3://{self.bucket}/{key} not found")
+        return translate_botocore(exc, service="s3", endpoint=self.endpoint, what=what)
+
+    def _put(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        except (ClientError, BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, f"put {key}") from exc
+
+    def _get(self, key: str) -> bytes:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body: bytes = response["Body"].read()
+        except (ClientError, BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, f"get {key}", key) from exc
+        return body
+
+    def _list(self, prefix: str) -> Iterable[str]:
+        keys: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                keys.extend(obj["Key"] for obj in page.get("Contents", ()))
+        except (ClientError, BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, f"list {prefix!r}") from exc
+        return keys
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            try:
+                response = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+            except (ClientError, BotoCoreError, ConnectionError) as exc:
+                raise self._error(exc, f"delete {len(batch)} keys") from exc
+            errors = response.get("Errors") or []
+            if errors:
+                first = errors[0]
+                if first.get("Code") in THROTTLING_CODES:
+                    raise TransientChannelError(f"s3 delete throttled ({first.get('Code')})")
+                raise ChannelError(
+                    f"s3 delete failed for {len(errors)} keys in {self.bucket!r}, first "
+                    f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+
+    def ensure(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return
+        except ClientError as exc:
+            if status_code(exc) != 404 and error_code(exc) not in {"404", "NoSuchBucket", "NotFound"}:
+                raise self._error(exc, "head bucket") from exc
+        except (BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, "head bucket") from exc
+        region = self.client.meta.region_name
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if region and region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        try:
+            self.client.create_bucket(**kwargs)
+            log.info("created bucket %s at %s", self.bucket, self.endpoint)
+        except ClientError as exc:
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise self._error(exc, "create bucket") from exc
+        except (BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, "create bucket") from exc
+
+    def ping(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (ClientError, BotoCoreError, ConnectionError) as exc:
+            if isinstance(exc, ClientError) and status_code(exc) == 404:
+                raise ChannelError(f"s3 bucket {self.bucket!r} does not exist (at {self.endpoint})") from exc
+            raise self._error(exc, "head bucket") from exc
+
+    def close(self) -> None:
+        super().close()
+        close = getattr(self.client, "close", None)
+        if callable(close):
+            close()

@@ -1,0 +1,205 @@
+"""One contract every channel passes unchanged: the only thing a backend supplies is the fixture.
+
+Runs against real services (moto for S3 and DynamoDB, redis-server, memcached) started by
+tests/conftest.py. Each test works under its own key prefix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from lambdaml.channels import Channel
+from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _put_all(channel: Channel, items: dict[str, bytes], workers: int = 32) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda kv: channel.put(*kv), items.items()))
+
+
+def test_put_get_and_overwrite(channel: Channel, prefix: str) -> None:
+    key = prefix + "value"
+    channel.put(key, b"first")
+    assert channel.get(key) == b"first"
+    channel.put(key, b"second, longer")
+    assert channel.get(key) == b"second, longer"
+    every_byte = bytes(range(256)) * 4
+    channel.put(prefix + "binary", every_byte)
+    assert channel.get(prefix + "binary") == every_byte
+    channel.put(prefix + "empty", b"")
+    assert channel.get(prefix + "empty") == b""
+    assert channel.list(prefix) == [prefix + "binary", prefix + "empty", key]
+
+
+def test_missing_key_raises_key_not_found(channel: Channel, prefix: str) -> None:
+    key = prefix + "never-written"
+    with pytest.raises(KeyNotFound) as info:
+        channel.get(key)
+    assert key in str(info.value)
+    assert isinstance(info.value, ChannelError)
+
+
+def test_list_many_keys_sorted_across_pages(channel: Channel, prefix: str) -> None:
+    wanted = {f"{prefix}many/{i:05d}": str(i).encode() for i in range(2000)}
+    others = {f"{prefix}many-not/{i}": b"x" for i in range(3)} | {f"{prefix}other/{i}": b"y" for i in range(3)}
+    _put_all(channel, wanted | others)
+    listed = channel.list(prefix + "many/")
+    assert len(listed) == 2000  # S3 lists 1,000 per page: this needs the paginator
+    assert listed == sorted(wanted)
+    assert channel.list(prefix + "other/") == sorted(k for k in others if "/other/" in k)
+    assert len(channel.list(prefix)) == 2006
+
+
+def test_delete_single_many_and_missing(channel: Channel, prefix: str) -> None:
+    items = {f"{prefix}d/{i:03d}": b"v%d" % i for i in range(60)}
+    _put_all(channel, items)
+    keys = sorted(items)
+
+    channel.delete([keys[0]])
+    with pytest.raises(KeyNotFound):
+        channel.get(keys[0])
+    assert channel.get(keys[1]) == items[keys[1]]
+
+    channel.delete([*keys[1:50], prefix + "d/missing", prefix + "never/there"])
+    for key in keys[:50]:
+        with pytest.raises(KeyNotFound):
+            channel.get(key)
+    assert channel.list(prefix + "d/") == keys[50:]
+    channel.delete([])  # nothing to do is not an error
+    channel.delete([prefix + "d/missing"])
+    assert channel.list(prefix + "d/") == keys[50:]
+
+
+def test_large_value_round_trips_and_parts_are_cleaned(channel: Channel, prefix: str) -> None:
+    key = prefix + "big/value"
+    data = os.urandom(10 * 1024 * 1024)
+    channel.put(key, data)
+    assert channel.get(key) == data
+    assert channel.get_many([key, prefix + "big/missing"]) == {key: data}
+    assert channel.list(prefix) == [key]  # chunk parts never show in a listing
+    raw = sorted(channel._list(prefix))
+    if channel.max_item_bytes is not None:
+        assert len(raw) == math.ceil(len(data) / channel.max_item_bytes) + 1  # the parts and the manifest
+    else:
+        assert raw == [key]
+
+    channel.delete([key])
+    with pytest.raises(KeyNotFound):
+        channel.get(key)
+    assert list(channel._list(prefix)) == []  # parts went with the key
+
+    channel.put(key, data[: 3 * 1024 * 1024 + 7])
+    assert channel.get(key) == data[: 3 * 1024 * 1024 + 7]
+    assert channel.clear(prefix) >= 1
+    assert list(channel._list(prefix)) == []
+
+
+def test_wait_for_returns_values_written_later(channel: Channel, prefix: str) -> None:
+    keys = [f"{prefix}w/{i}" for i in range(3)]
+
+    def write_later() -> None:
+        time.sleep(0.3)
+        for i, key in enumerate(keys):
+            channel.put(key, b"late-%d" % i)
+
+    writer = threading.Thread(target=write_later)
+    started = time.monotonic()
+    writer.start()
+    try:
+        values = channel.wait_for(keys, timeout=10.0)
+    finally:
+        writer.join()
+    elapsed = time.monotonic() - started
+    assert values == {key: b"late-%d" % i for i, key in enumerate(keys)}
+    assert 0.25 <= elapsed < 5.0
+
+
+def test_wait_for_times_out_when_a_key_never_appears(channel: Channel, prefix: str) -> None:
+    channel.put(prefix + "w/present", b"here")
+    started = time.monotonic()
+    with pytest.raises(SyncTimeout) as info:
+        channel.wait_for([prefix + "w/present", prefix + "w/absent"], timeout=0.6)
+    elapsed = time.monotonic() - started
+    assert 0.6 <= elapsed < 3.0
+    assert "w/absent" in str(info.value)
+
+
+def test_concurrent_writers(channel: Channel, prefix: str) -> None:
+    def writer(rank: int) -> None:
+        for i in range(50):
+            channel.put(f"{prefix}cw/{rank}/{i:02d}", f"{rank}:{i}".encode() * 20)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(writer, range(8)))
+    expected = {f"{prefix}cw/{r}/{i:02d}": f"{r}:{i}".encode() * 20 for r in range(8) for i in range(50)}
+    assert channel.get_many(sorted(expected)) == expected
+    assert channel.list(prefix + "cw/") == sorted(expected)
+
+
+def test_get_many_returns_only_found_keys(channel: Channel, prefix: str) -> None:
+    present = {f"{prefix}gm/{i}": b"%d" % i for i in range(3)}
+    _put_all(channel, present)
+    asked = [*present, prefix + "gm/x", prefix + "gm/y", next(iter(present))]
+    assert channel.get_many(asked) == present
+    assert channel.get_many([prefix + "gm/none"]) == {}
+    assert channel.get_many([]) == {}
+
+
+def test_clear_removes_exactly_the_prefix(channel: Channel, prefix: str) -> None:
+    a = {f"{prefix}a/{i}": b"a" for i in range(5)}
+    ab = {f"{prefix}ab/{i}": b"ab" for i in range(4)}
+    b = {f"{prefix}b/{i}": b"b" for i in range(3)}
+    _put_all(channel, a | ab | b)
+    assert channel.clear(prefix + "a/") == 5
+    assert channel.list(prefix + "a/") == []
+    assert channel.list(prefix) == sorted(ab | b)
+    assert channel.get(f"{prefix}ab/0") == b"ab"
+    assert channel.clear(prefix + "nothing/") == 0
+
+
+def test_prefix_with_glob_characters_matches_literally(channel: Channel, prefix: str) -> None:
+    names = ["a*b", "a?b", "a[b]", "axb", "a\\b"]
+    _put_all(channel, {f"{prefix}g/{n}": n.encode() for n in names})
+    assert channel.list(prefix + "g/a*") == [prefix + "g/a*b"]
+    assert channel.list(prefix + "g/a?") == [prefix + "g/a?b"]
+    assert channel.list(prefix + "g/a[") == [prefix + "g/a[b]"]
+    assert channel.list(prefix + "g/a\\") == [prefix + "g/a\\b"]
+    assert len(channel.list(prefix + "g/a")) == len(names)
+
+
+def test_incr_is_atomic(channel: Channel, prefix: str) -> None:
+    if channel.kind == "s3":
+        pytest.skip("s3 has no atomic counter (no conditional increment in the API)")
+    key = prefix + "counter"
+    assert channel.incr(key) == 1  # a new counter starts at 0
+    assert channel.incr(key, 5) == 6
+
+    def bump(_: int) -> None:
+        for _ in range(25):
+            channel.incr(key)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(bump, range(8)))
+    assert channel.incr(key, 0) == 206
+    assert int(channel.get(key)) == 206  # a counter reads as its decimal digits
+
+
+def test_stats_count_requests_and_bytes(channel: Channel, prefix: str) -> None:
+    before = channel.stats.as_dict()
+    payload = os.urandom(5000)
+    channel.put(prefix + "s", payload)
+    assert channel.get(prefix + "s") == payload
+    after = channel.stats.as_dict()
+    assert after["bytes_sent"] - before["bytes_sent"] >= len(payload)
+    assert after["bytes_received"] - before["bytes_received"] >= len(payload)
+    assert after["puts"] - before["puts"] >= 1
+    assert after["gets"] - before["gets"] >= 1
+    assert after["requests"] > before["requests"]

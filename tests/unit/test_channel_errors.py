@@ -1,0 +1,267 @@
+"""Backend failures become lambdaml errors at the channel boundary, quickly and naming the endpoint.
+
+Unreachable endpoints are real sockets on 127.0.0.1 (a closed port, and a listener whose
+accept queue is full so connects time out). Service-side errors use botocore's Stubber or
+small fake clients, so no service needs to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
+from botocore.stub import Stubber
+from redis import exceptions as rx
+
+from lambdaml import aws
+from lambdaml.channels import Channel, open_channel
+from lambdaml.channels.dynamodb import DynamoDBChannel
+from lambdaml.channels.memcached import MemcachedChannel
+from lambdaml.channels.redis import RedisChannel
+from lambdaml.channels.s3 import S3Channel
+from lambdaml.config import ChannelKind, ChannelSpec
+from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+
+pytestmark = pytest.mark.timeout(60)
+
+NETWORK_KINDS: list[ChannelKind] = ["s3", "dynamodb", "redis", "memcached"]
+
+
+def _spec(kind: ChannelKind, port: int) -> ChannelSpec:
+    if kind in ("s3", "dynamodb"):
+        endpoint = f"http://127.0.0.1:{port}"
+        return ChannelSpec(
+            kind=kind, bucket="comm-unreachable", table="comm-unreachable", endpoint_url=endpoint, connect_timeout_s=1.0
+        )
+    return ChannelSpec(kind=kind, host="127.0.0.1", port=port, connect_timeout_s=1.0)
+
+
+def _operations(chan: Channel) -> dict[str, Callable[[], object]]:
+    return {
+        "get": lambda: chan.get("comm/x/probe"),
+        "put": lambda: chan.put("comm/x/probe", b"1"),
+        "list": lambda: chan.list("comm/x/"),
+        "get_many": lambda: chan.get_many(["comm/x/a", "comm/x/b"]),
+        "ensure": chan.ensure,
+    }
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A loopback port that accepts no more connections: connects to it time out instead of failing fast."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = int(server.getsockname()[1])
+    fillers = []
+    for _ in range(4):  # fill the accept queue; later SYNs are dropped
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.1)
+    yield port
+    for filler in fillers:
+        filler.close()
+    server.close()
+
+
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_refused_endpoint_is_unavailable_fast(kind: ChannelKind) -> None:
+    chan = open_channel(_spec(kind, 1))
+    for name, operation in _operations(chan).items():
+        started = time.monotonic()
+        with pytest.raises(ChannelUnavailable) as info:
+            operation()
+        assert time.monotonic() - started < 5.0, f"{kind} {name} took too long to fail"
+        assert "127.0.0.1:1" in str(info.value), f"{kind} {name}: {info.value}"
+        assert "\n" not in str(info.value)
+    chan.close()
+
+
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_connect_timeout_is_unavailable_and_bounded(kind: ChannelKind, black_hole: int) -> None:
+    chan = open_channel(_spec(kind, black_hole))
+    started = time.monotonic()
+    with pytest.raises(ChannelUnavailable) as info:
+        chan.get("comm/x/probe")
+    elapsed = time.monotonic() - started
+    assert 0.9 <= elapsed < 10.0  # at least one 1 s connect timeout, at most a few retries of it
+    assert f"127.0.0.1:{black_hole}" in str(info.value)
+    chan.close()
+
+
+# ---- S3: botocore errors translated -----------------------------------------------
+
+
+def _s3() -> tuple[S3Channel, Stubber]:
+    client = aws.client("s3", endpoint_url="http://127.0.0.1:1")
+    return S3Channel(client, "comm-bucket"), Stubber(client)
+
+
+def test_s3_missing_key_is_key_not_found() -> None:
+    chan, stub = _s3()
+    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    with stub, pytest.raises(KeyNotFound, match=r"s3://comm-bucket/comm/a not found"):
+        chan.get("comm/a")
+
+
+def test_s3_missing_bucket_names_the_bucket() -> None:
+    chan, stub = _s3()
+    stub.add_client_error("get_object", service_error_code="NoSuchBucket", http_status_code=404)
+    stub.add_client_error("list_objects_v2", service_error_code="NoSuchBucket", http_status_code=404)
+    with stub:
+        with pytest.raises(ChannelError, match="comm-bucket") as info:
+            chan.get("comm/a")
+        assert not isinstance(info.value, KeyNotFound)
+        with pytest.raises(ChannelError, match="comm-bucket"):
+            chan.list("comm/")
+
+
+def test_s3_throttling_is_retried_then_gives_up() -> None:
+    chan, stub = _s3()
+    stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
+    stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
+    stub.add_response("put_object", {})
+    with stub:
+        chan.put("comm/a", b"x")  # succeeds on the third try
+        stub.assert_no_pending_responses()
+    for _ in range(chan.transient_retries + 1):
+        stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
+    with stub, pytest.raises(ChannelError, match="gave up") as info:
+        chan.put("comm/a", b"x")
+    assert not isinstance(info.value, TransientChannelError)
+
+
+class _FlakyS3:
+    """An S3 client whose GETs fail the way moto's truncated bodies do, then succeed."""
+
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def get_object(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.failures:
+            failure = self.failures.pop(0)
+            if isinstance(failure, ResponseStreamingError):
+                return {"Body": _BrokenBody(failure)}
+            raise failure
+        return {"Body": io.BytesIO(b"whole")}
+
+
+class _BrokenBody:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def read(self) -> bytes:
+        raise self.error
+
+
+def test_s3_checksum_and_truncated_bodies_are_retried() -> None:
+    client = _FlakyS3(
+        [FlexibleChecksumError(error_msg="crc32 mismatch"), ResponseStreamingError(error="connection broken")]
+    )
+    chan = S3Channel(client, "comm-bucket")
+    assert chan.get("comm/a") == b"whole"
+    assert client.calls == 3
+
+
+def test_s3_has_no_counter() -> None:
+    chan, _ = _s3()
+    with pytest.raises(ChannelError, match="no atomic counter"):
+        chan.incr("comm/c")
+
+
+# ---- DynamoDB ----------------------------------------------------------------------
+
+
+def _dynamodb() -> tuple[DynamoDBChannel, Stubber]:
+    client = aws.client("dynamodb", endpoint_url="http://127.0.0.1:1")
+    return DynamoDBChannel(client, "comm-table"), Stubber(client)
+
+
+def test_dynamodb_missing_table_names_the_table() -> None:
+    chan, stub = _dynamodb()
+    stub.add_client_error("get_item", service_error_code="ResourceNotFoundException", http_status_code=400)
+    with stub, pytest.raises(ChannelError, match="comm-table") as info:
+        chan.get("comm/a")
+    assert not isinstance(info.value, KeyNotFound)
+
+
+def test_dynamodb_throttling_is_retried() -> None:
+    chan, stub = _dynamodb()
+    stub.add_client_error("get_item", service_error_code="ProvisionedThroughputExceededException", http_status_code=400)
+    stub.add_response("get_item", {"Item": {"k": {"S": "comm/a"}, "v": {"B": b"value"}}})
+    with stub:
+        assert chan.get("comm/a") == b"value"
+        stub.assert_no_pending_responses()
+
+
+def test_dynamodb_batch_get_follows_unprocessed_keys() -> None:
+    chan, stub = _dynamodb()
+    item = {"k": {"S": "comm/a"}, "v": {"B": b"A"}}
+    stub.add_response(
+        "batch_get_item",
+        {
+            "Responses": {"comm-table": [item]},
+            "UnprocessedKeys": {"comm-table": {"Keys": [{"k": {"S": "comm/b"}}], "ConsistentRead": True}},
+        },
+    )
+    stub.add_response("batch_get_item", {"Responses": {"comm-table": [{"k": {"S": "comm/b"}, "v": {"B": b"B"}}]}})
+    with stub:
+        assert chan.get_many(["comm/a", "comm/b", "comm/missing"]) == {"comm/a": b"A", "comm/b": b"B"}
+        stub.assert_no_pending_responses()
+
+
+def test_dynamodb_refuses_an_item_limit_over_400kb() -> None:
+    with pytest.raises(ChannelError, match="400 KB"):
+        DynamoDBChannel(object(), "comm-table", max_item_bytes=500_000)
+
+
+# ---- Redis and Memcached -----------------------------------------------------------
+
+
+class _FakeRedis:
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+
+    def get(self, key: str) -> bytes:
+        if self.errors:
+            raise self.errors.pop(0)
+        return b"value"
+
+
+def test_redis_errors_are_translated() -> None:
+    assert RedisChannel(_FakeRedis([rx.BusyLoadingError("loading")])).get("comm/a") == b"value"  # retried
+    with pytest.raises(ChannelError, match="WRONGTYPE") as info:
+        RedisChannel(_FakeRedis([rx.ResponseError("WRONGTYPE not a string")])).get("comm/a")
+    assert not isinstance(info.value, TransientChannelError | ChannelUnavailable)
+    with pytest.raises(ChannelUnavailable):
+        RedisChannel(_FakeRedis([rx.TimeoutError("timed out")])).get("comm/a")
+
+
+class _RefusingMemcache:
+    """A memcached client whose sets are refused (as when the server is out of memory)."""
+
+    def set(self, key: str, value: bytes, noreply: bool | None = None) -> bool:
+        return False
+
+
+def test_memcached_refused_set_is_an_error() -> None:
+    chan = MemcachedChannel(_RefusingMemcache(), ("127.0.0.1", 1))
+    with pytest.raises(ChannelError, match="did not store"):
+        chan.put("comm/a", b"x")
+
+
+def test_memcached_counter_refuses_to_count_down() -> None:
+    chan = MemcachedChannel(_RefusingMemcache(), ("127.0.0.1", 1))
+    with pytest.raises(ChannelError, match="only count up"):
+        chan.incr("comm/c", -1)
