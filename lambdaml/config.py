@@ -70,6 +70,8 @@ class ChannelSpec(_Spec):
 class ModelSpec(_Spec):
     name: str = "lr"
     l2: float = Field(0.0, ge=0, le=1e6)
+    k: int = Field(8, ge=1, le=100_000)  # kmeans: clusters
+    hidden: list[int] = Field(default_factory=lambda: [128], min_length=1, max_length=16)  # mlp: layer widths
 
     @field_validator("name")
     @classmethod
@@ -86,6 +88,11 @@ class AlgorithmSpec(_Spec):
     epochs: int = Field(5, ge=1, le=100_000)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     shuffle: bool = True
+    optimizer: Literal["sgd", "momentum", "adam"] = "sgd"
+    momentum: float = Field(0.9, ge=0, lt=1)
+    rho: float = Field(0.1, gt=0, le=1e6)  # admm: penalty weight
+    l1: float = Field(0.0, ge=0, le=1e6)  # admm: l1 on the consensus variable, by soft-threshold
+    local_epochs: int = Field(1, ge=1, le=10_000)  # ma_sgd and admm: local passes between averagings
 
     @field_validator("name")
     @classmethod
@@ -103,9 +110,10 @@ class AlgorithmSpec(_Spec):
 
 
 class SyncSpec(_Spec):
-    protocol: Literal["bsp"] = "bsp"
+    protocol: Literal["bsp", "asp", "ssp"] = "bsp"
     pattern: str = "allreduce"
     timeout_s: float = Field(120.0, gt=0, le=86_400)  # longest wait for the other workers
+    staleness: int = Field(4, ge=0, le=1_000_000)  # ssp: how many pushes a worker may run ahead
 
     @field_validator("pattern")
     @classmethod

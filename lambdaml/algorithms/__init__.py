@@ -7,5 +7,8 @@ from lambdaml.registry import Registry
 
 ALGORITHMS: Registry[type[AlgorithmState]] = Registry("algorithm")
 ALGORITHMS.register("ga_sgd", "lambdaml.algorithms.ga_sgd:GASGD")
+ALGORITHMS.register("ma_sgd", "lambdaml.algorithms.ma_sgd:MASGD")
+ALGORITHMS.register("admm", "lambdaml.algorithms.admm:ADMM")
+ALGORITHMS.register("kmeans", "lambdaml.algorithms.kmeans:KMeans")
 
 __all__ = ["ALGORITHMS", "AlgorithmState", "reify"]

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.optim import make_optimizer
+
 if TYPE_CHECKING:
     from lambdaml.comm.base import Communicator
     from lambdaml.config import AlgorithmSpec
@@ -26,6 +28,7 @@ class AlgorithmState(ABC):
         self.model = model
         self.comm = comm
         self.params = params
+        self.optimizer = make_optimizer(spec)
         self.compute_s = 0.0
         self._loss_sum = 0.0
         self._count = 0.0
@@ -50,10 +53,13 @@ class AlgorithmState(ABC):
         return loss, grad
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"params": self.params.copy()}
+        optimizer = {f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()}
+        return {"params": self.params.copy(), **optimizer}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.params = np.array(state["params"], dtype=np.float64)
+        self.params = np.array(state["params"])
+        prefix = "optimizer."
+        self.optimizer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
 
 
 def reify(spec: AlgorithmSpec, model: Model, comm: Communicator, params: np.ndarray) -> AlgorithmState:

@@ -18,7 +18,7 @@ class GASGD(AlgorithmState):
 
     def step(self, X: np.ndarray, y: np.ndarray) -> None:
         loss, grad = self._gradient(X, y)
-        reduced = self.comm.allreduce(np.concatenate([grad, [float(len(y)), loss]]))
+        reduced = self.comm.allreduce(np.concatenate([grad, np.array([len(y), loss], dtype=grad.dtype)]))
         count, loss_sum = reduced[-2], reduced[-1]
         self._count += count
         self._loss_sum += loss_sum
@@ -26,5 +26,5 @@ class GASGD(AlgorithmState):
             return
         started = time.perf_counter()
         direction = reduced[:-2] / count + self.model.regularizer_grad(self.params)
-        self.params -= self.spec.lr * direction
+        self.optimizer.step(self.params, direction)
         self.compute_s += time.perf_counter() - started

@@ -150,7 +150,7 @@ class Channel(ABC):
     def _incr(self, key: str, amount: int) -> int:
         raise ChannelError(f"the {self.kind} channel has no atomic counter")
 
-    def ensure(self) -> None:  # noqa: B027 - optional hook; most backends need nothing
+    def ensure(self) -> None:
         """Create the bucket/table if missing (local stacks and tests; on AWS the template does)."""
 
     def ping(self) -> None:

@@ -46,7 +46,7 @@ class Communicator(ABC):
             total = total / self.world_size
         return total
 
-    def finish(self) -> None:  # noqa: B027 - an optional hook
+    def finish(self) -> None:
         """Called once when the worker's training ends; cleans up what it can."""
 
     def stats(self) -> dict[str, float]:

@@ -30,6 +30,9 @@ class Manifest:
     test_rows: int
     created: float
     version: int = MANIFEST_VERSION
+    n_classes: int = 2  # distinct labels (0..n_classes-1 for classification)
+    sample_shape: list[int] | None = None  # a row's shape before flattening, e.g. [3, 32, 32]
+    format: str = "dense"  # "dense" rows, or "csr" for sparse data
 
     @property
     def shards(self) -> int:
@@ -62,6 +65,7 @@ def prepare(
     shards: int,
     test_fraction: float = 0.2,
     seed: int = 0,
+    sample_shape: list[int] | None = None,
 ) -> Manifest:
     """Shuffle, hold out a test split, cut the rest into shards and upload them.
 
@@ -90,10 +94,20 @@ def prepare(
         shard_rows=[len(p) for p in pieces],
         test_rows=n_test,
         created=time.time(),
+        n_classes=_count_classes(y),
+        sample_shape=sample_shape,
     )
     put_json(store, keys.dataset_manifest(name), asdict(manifest))
     log.info("prepared dataset %s: %d shards, %d test rows", name, shards, n_test)
     return manifest
+
+
+def _count_classes(y: np.ndarray) -> int:
+    """Classes of integer labels 0..C-1; binary data ({0,1} or {-1,+1}) has 2."""
+    labels = np.unique(y)
+    if len(labels) <= 2:
+        return 2
+    return int(labels.max()) + 1 if np.all(labels == np.round(labels)) and labels.min() >= 0 else len(labels)
 
 
 def read_manifest(store: Channel, name: str) -> Manifest:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lambdaml.config import ModelSpec
+    from lambdaml.data.shards import Manifest
 
 
 class Model(ABC):
@@ -18,6 +23,11 @@ class Model(ABC):
     def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
         self.n_features = n_features
         self.l2 = l2
+
+    @classmethod
+    def build(cls, spec: ModelSpec, manifest: Manifest) -> Model:
+        """The model a job's spec names, shaped for the dataset the manifest describes."""
+        return cls(manifest.n_features, l2=spec.l2)
 
     @property
     @abstractmethod

@@ -53,7 +53,7 @@ def run_worker(
     X, y = load_worker_data(store, manifest, rank, job.workers)
     load_s = time.perf_counter() - started
 
-    model = MODELS.get(job.model.name)(manifest.n_features, l2=job.model.l2)
+    model = MODELS.get(job.model.name).build(job.model, manifest)
     channel = channel or open_channel(job.channel)
     comm = ChannelCommunicator(
         channel, job_id, rank, job.workers, pattern=job.sync.pattern, timeout_s=job.sync.timeout_s
