@@ -151,6 +151,17 @@ class JobSpec(_Spec):
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 
+    @model_validator(mode="after")
+    def _combination(self) -> JobSpec:
+        from lambdaml.algorithms import ALGORITHMS
+
+        algorithm = self.algorithm.name
+        if self.sync.protocol != "bsp" and not ALGORITHMS.get(algorithm).supports_async:
+            raise ValueError(f"algorithm {algorithm!r} runs only under protocol 'bsp', not {self.sync.protocol!r}")
+        if (algorithm == "kmeans") != (self.model.name == "kmeans"):
+            raise ValueError("the kmeans algorithm and the kmeans model go together")
+        return self
+
     def to_json(self) -> str:
         return self.model_dump_json()
 

@@ -121,6 +121,32 @@ def counter_key(job_id: str, name: str) -> str:
     return comm_prefix(job_id) + f"counter/{check_name(name, 'counter name')}"
 
 
+# --- asynchronous updates (ASP/SSP) ------------------------------------------------
+
+
+def asp_prefix(job_id: str) -> str:
+    return comm_prefix(job_id) + "asp/"
+
+
+def asp_version_update(job_id: str, version: int) -> str:
+    """An update numbered by the job's atomic version counter (Redis, Memcached, DynamoDB)."""
+    return asp_prefix(job_id) + f"v{version:012d}"
+
+
+def asp_rank_update(job_id: str, rank: int, seq: int) -> str:
+    """The ``seq``-th update of one rank (channels without a counter: S3)."""
+    return asp_prefix(job_id) + f"p{rank:05d}/s{seq:012d}"
+
+
+def asp_cursor(job_id: str, rank: int) -> str:
+    """How far a rank has read the updates, so that fully read ones can be deleted."""
+    return asp_prefix(job_id) + f"cursor/p{rank:05d}"
+
+
+def asp_done(job_id: str, rank: int) -> str:
+    return asp_prefix(job_id) + f"done/p{rank:05d}"
+
+
 # --- chunked values (any store) ----------------------------------------------------
 
 

@@ -12,11 +12,20 @@ from lambdaml.algorithms.base import AlgorithmState
 class GASGD(AlgorithmState):
     """Gradient averaging every batch: equal to single-process SGD on the concatenated batch.
 
-    Workers reduce gradient *sums* together with their batch sizes and loss sums in one
-    vector, so unequal batches average exactly and one collective serves all three.
+    Under BSP, workers reduce gradient *sums* together with their batch sizes and loss
+    sums in one vector, so unequal batches average exactly and one collective serves all
+    three. Under ASP each worker steps on its own gradient and shares the step (Hogwild
+    over storage).
     """
 
+    supports_async = True
+
     def step(self, X: np.ndarray, y: np.ndarray) -> None:
+        if self.asynchronous is not None:
+            before = self.params.copy()
+            self._local_step(X, y)
+            self.params += self.asynchronous.push_pull(self.params - before)
+            return
         loss, grad = self._gradient(X, y)
         reduced = self.comm.allreduce(np.concatenate([grad, np.array([len(y), loss], dtype=grad.dtype)]))
         count, loss_sum = reduced[-2], reduced[-1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -43,7 +44,7 @@ class ChannelCommunicator(Communicator):
         self.round = first_round
         self.pattern: Any = PATTERNS.get(pattern)()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
-        self._cleanups: list[Future[int]] = []
+        self._cleanups: list[Future[Any]] = []
 
     def key(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
         return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk)
@@ -60,11 +61,13 @@ class ChannelCommunicator(Communicator):
 
     def retire_round(self, round_: int) -> None:
         """Delete a finished round's keys off the critical path."""
-        if round_ < 0:
-            return
-        prefix = keys.round_prefix(self.job_id, round_)
-        self._cleanups = [f for f in self._cleanups if not f.done()]
-        self._cleanups.append(self._janitor.submit(self.channel.clear, prefix))
+        if round_ >= 0:
+            self.in_background(self.channel.clear, keys.round_prefix(self.job_id, round_))
+
+    def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run housekeeping (deleting old keys) on one background thread; errors surface at finish."""
+        self._cleanups = [f for f in self._cleanups if not f.done() or f.exception() is not None]
+        self._cleanups.append(self._janitor.submit(fn, *args))
 
     def barrier(self, name: str) -> None:
         """Every rank posts a marker and waits for everyone's."""

@@ -20,6 +20,9 @@ class Model(ABC):
     summed count.
     """
 
+    #: Whether labels mean anything to the model (accuracy is reported only then).
+    supervised: bool = True
+
     def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
         self.n_features = n_features
         self.l2 = l2

@@ -104,8 +104,15 @@ def assemble_result(
         "loss_curve": [{"epoch": i + 1, "loss": loss, "elapsed_s": t} for i, (loss, t) in enumerate(curve)],
         "test_accuracy": lead.get("test_accuracy"),
         "test_loss": lead.get("test_loss"),
-        "workers": [{"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"]} for r in reports],
+        "workers": [
+            {"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"], **_async_stats(r)}
+            for r in reports
+        ],
     }
+
+
+def _async_stats(report: dict[str, Any]) -> dict[str, Any]:
+    return {"async": report["async"]} if "async" in report else {}
 
 
 def _epoch_times(reports: list[dict[str, Any]]) -> list[float]:

@@ -59,7 +59,8 @@ def run_worker(
         channel, job_id, rank, job.workers, pattern=job.sync.pattern, timeout_s=job.sync.timeout_s
     )
     spec = job.algorithm
-    state = reify(spec, model, comm, model.init_params(spec.seed))
+    state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
+    state.on_start(X, y)
     largest_shard = max(manifest.rows_of_worker(r, job.workers) for r in range(job.workers))
     steps = steps_per_epoch(largest_shard, spec.batch_size)
 
@@ -69,31 +70,36 @@ def run_worker(
         order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
         for rows in batch_indices(order, spec.batch_size, steps):
             state.step(X[rows], y[rows])
-        loss = state.end_epoch()
+        loss = float(state.end_epoch(epoch))
         if not math.isfinite(loss):
             raise JobFailed(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
         losses.append(loss)
         elapsed.append(time.perf_counter() - started)
         if on_epoch is not None:
             on_epoch(rank, epoch + 1, loss, elapsed[-1])
-    comm.finish()
-
+    state.finish()
+    params = state.final_params()
     report: dict[str, Any] = {
         "rank": rank,
         "losses": losses,
         "epoch_elapsed_s": elapsed,
-        "model_checksum": params_checksum(state.params),
+        "model_checksum": params_checksum(params),
         "rows": len(y),
         "steps_per_epoch": steps,
     }
+    if state.asynchronous is not None:
+        report["async"] = state.asynchronous.stats()
+    comm.finish()
+
     if rank == 0:
         model_key = keys.job_model(job_id)
-        store.put(model_key, codec.encode_bundle({"params": state.params}))
+        store.put(model_key, codec.encode_bundle({"params": params}))
         report["model_uri"] = f"s3://{job.storage.bucket}/{model_key}"
         test = load_test(store, manifest)
         if test is not None:
-            report["test_accuracy"] = model.accuracy(state.params, *test)
-            report["test_loss"] = model.mean_loss(state.params, *test)
+            report["test_loss"] = model.mean_loss(params, *test)
+            if model.supervised:
+                report["test_accuracy"] = model.accuracy(params, *test)
     total_s = time.perf_counter() - started
     wait_s = comm.wait_s
     report["times"] = {

@@ -1,0 +1,49 @@
+"""Consensus ADMM, as in LambdaML: local steps on an augmented loss, then average."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lambdaml.algorithms.base import AlgorithmState
+
+
+class ADMM(AlgorithmState):
+    """Scaled-form consensus ADMM.
+
+    Each worker runs ``local_epochs`` passes of SGD on f_i(x) + (rho/2)||x - z + u_i||^2,
+    then z = average(x_i + u_i) (soft-thresholded by l1/(rho W) when ``l1`` > 0; the bias
+    is never thresholded) and u_i += x_i - z. The model is z, identical on every worker.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.z = self.params.copy()
+        self.u = np.zeros_like(self.params)
+
+    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+        self._local_step(X, y, extra_grad=self.spec.rho * (self.params - self.z + self.u))
+
+    def end_epoch(self, epoch: int) -> float:
+        last = epoch + 1 == self.spec.epochs
+        if (epoch + 1) % self.spec.local_epochs and not last:
+            return self._take_loss()
+        world = self.comm.world_size
+        summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params + self.u)))
+        z = summed / world
+        if self.spec.l1 > 0:
+            threshold = self.spec.l1 / (self.spec.rho * world)
+            weights = z[:-1]
+            z[:-1] = np.sign(weights) * np.maximum(np.abs(weights) - threshold, 0.0)
+        self.z = z
+        self.u += self.params - self.z
+        return loss
+
+    def final_params(self) -> np.ndarray:
+        return self.z
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**super().state_dict(), "z": self.z.copy(), "u": self.u.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self.z, self.u = np.array(state["z"]), np.array(state["u"])

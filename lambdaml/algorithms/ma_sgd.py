@@ -1,0 +1,44 @@
+"""MA-SGD: local SGD for ``local_epochs`` epochs, then average the models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lambdaml.algorithms.base import AlgorithmState
+
+
+class MASGD(AlgorithmState):
+    """Model averaging: one collective per averaging round instead of one per batch.
+
+    Only the weights are averaged; optimizer state (momentum, Adam moments) stays local
+    to each worker. Under ASP a worker pushes 1/W of its local progress and adopts the
+    global model as far as it knows it.
+    """
+
+    supports_async = True
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._base = self.params.copy()  # the global model this worker's local run started from
+
+    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+        self._local_step(X, y)
+
+    def end_epoch(self, epoch: int) -> float:
+        last = epoch + 1 == self.spec.epochs
+        if (epoch + 1) % self.spec.local_epochs and not last:
+            return self._take_loss()  # a local epoch: the loss is this worker's
+        world = self.comm.world_size
+        if self.asynchronous is not None:
+            contribution = (self.params - self._base) / world
+            self._base += contribution + self.asynchronous.push_pull(contribution)
+            self.params = self._base.copy()
+            return self._take_loss()
+        summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params)))
+        self.params = summed / world
+        return loss
+
+    def finish(self) -> None:
+        if self.asynchronous is not None:
+            self._base += self.asynchronous.drain(self._base)
+            self.params = self._base.copy()

@@ -1,0 +1,110 @@
+"""ASP/SSP update logs: every push applied exactly once by every worker, storage bounded."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from lambdaml import keys
+from lambdaml.channels.memory import MemoryChannel
+from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.errors import SyncTimeout
+from lambdaml.sync.asp import PRUNE_EVERY, AsyncUpdates, CounterLog, SequenceLog
+
+WORLD = 4
+D = 6
+
+
+class CounterlessChannel(MemoryChannel):
+    """The in-memory channel without an atomic counter, as S3 is."""
+
+    @property
+    def has_counter(self) -> bool:
+        return False
+
+
+def update(rank: int, seq: int) -> np.ndarray:
+    """A distinct, exactly representable update per (rank, seq)."""
+    vector = np.zeros(D)
+    vector[rank] = 2.0**-seq if seq < 40 else 0.0
+    vector[-1] = 1.0  # counts updates
+    return vector
+
+
+def run_workers(channel: MemoryChannel, pushes: list[int], staleness: int | None = None) -> list[dict[str, object]]:
+    """W threads push their updates and merge; each returns its final model and stats."""
+    results: list[dict[str, object]] = [{} for _ in range(WORLD)]
+    errors: list[BaseException] = []
+
+    def worker(rank: int) -> None:
+        try:
+            comm = ChannelCommunicator(channel, "asp-test", rank, WORLD, timeout_s=20)
+            sync = AsyncUpdates(comm, staleness=staleness)
+            model = np.zeros(D)
+            for seq in range(1, pushes[rank] + 1):
+                delta = update(rank, seq)
+                model += delta + sync.push_pull(delta)
+            model += sync.drain(model)
+            results[rank] = {"model": model, "stats": sync.stats(), "log": type(sync.log)}
+            comm.finish()
+        except BaseException as exc:  # surfaced below with the rank's context
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(WORLD)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize(("make_channel", "log_type"), [(MemoryChannel, CounterLog), (CounterlessChannel, SequenceLog)])
+def test_every_update_applied_exactly_once(make_channel: Callable[[], MemoryChannel], log_type: type) -> None:
+    channel = make_channel()
+    pushes = [50, 37, 50, 20]  # unequal: a worker that finishes early must not stall the others
+    results = run_workers(channel, pushes)
+    expected = sum(update(r, s) for r in range(WORLD) for s in range(1, pushes[r] + 1))
+    for result in results:
+        assert result["log"] is log_type
+        np.testing.assert_array_equal(result["model"], expected)  # a lost or doubled push shows here
+        stats = result["stats"]
+        assert isinstance(stats, dict)
+        assert stats["applied"] == sum(pushes)
+        assert stats["version"] == sum(pushes)
+    assert channel.list(keys.comm_prefix("asp-test")) == []
+
+
+def test_fully_read_updates_are_pruned_as_the_job_goes() -> None:
+    channel = MemoryChannel()
+    comm = ChannelCommunicator(channel, "prune", 0, 1, timeout_s=5)
+    sync = AsyncUpdates(comm)
+    for _ in range(PRUNE_EVERY * 3):
+        sync.push_pull(np.ones(2))
+    comm.finish()  # waits for the background pruning; rank 0 then clears the rest
+    assert isinstance(sync.log, CounterLog)
+    assert sync.log.deleted_upto >= PRUNE_EVERY * 2
+
+
+def test_ssp_blocks_a_worker_that_runs_ahead() -> None:
+    channel = MemoryChannel()
+    fast = AsyncUpdates(ChannelCommunicator(channel, "ssp", 0, 2, timeout_s=0.3), staleness=2)
+    for _ in range(2):
+        fast.push_pull(np.ones(1))  # within the bound: rank 1 has pushed nothing, 2 - 2 = 0
+    with pytest.raises(SyncTimeout, match="rank 1 stayed more than 2 pushes behind"):
+        fast.push_pull(np.ones(1))
+
+
+def test_staleness_is_what_was_merged_after_each_push() -> None:
+    channel = MemoryChannel()
+    a = AsyncUpdates(ChannelCommunicator(channel, "stale", 0, 2, timeout_s=5))
+    b = AsyncUpdates(ChannelCommunicator(channel, "stale", 1, 2, timeout_s=5))
+    b.push_pull(np.ones(1))
+    b.push_pull(np.ones(1))
+    merged = a.push_pull(np.ones(1))
+    assert merged[0] == 2.0
+    assert a.staleness_seen == [2]
