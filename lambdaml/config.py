@@ -72,6 +72,7 @@ class ModelSpec(_Spec):
     l2: float = Field(0.0, ge=0, le=1e6)
     k: int = Field(8, ge=1, le=100_000)  # kmeans: clusters
     hidden: list[int] = Field(default_factory=lambda: [128], min_length=1, max_length=16)  # mlp: layer widths
+    width: float = Field(1.0, gt=0, le=8)  # mobilenet, resnet18: channel multiplier (1.0 = the paper's)
 
     @field_validator("name")
     @classmethod

@@ -11,6 +11,7 @@ LOCAL_SECRET_KEY = "testing"
 ENV_REDIS_PASSWORD = "LAMBDAML_REDIS_PASSWORD"
 ENV_LOG_LEVEL = "LAMBDAML_LOG_LEVEL"
 ENV_RESULTS_DIR = "LAMBDAML_RESULTS_DIR"
+ENV_TORCH_THREADS = "LAMBDAML_TORCH_THREADS"  # torch threads per worker process (unset: 1)
 
 
 def get(name: str, default: str | None = None) -> str | None:
