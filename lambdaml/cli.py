@@ -47,10 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
     prepare.add_argument("name", help="dataset name")
     source = prepare.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input", help="LIBSVM or CSV file")
-    source.add_argument("--synthetic", choices=["higgs"], help="generate a synthetic dataset")
-    prepare.add_argument("--format", choices=["libsvm", "csv"], default=None, help="default: from the file suffix")
+    source.add_argument("--input", nargs="+", metavar="FILE", help="dataset file (several for CIFAR-10 batches)")
+    source.add_argument("--synthetic", choices=["higgs", "rcv1"], help="generate a synthetic dataset")
+    source.add_argument(
+        "--builtin", choices=["digits", "breast_cancer", "mnist5k"], help="a small dataset shipped in a package"
+    )
+    prepare.add_argument(
+        "--format", choices=["libsvm", "csv", "npz", "cifar10"], default=None, help="default: from the file suffix"
+    )
     prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
+    prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
+    prepare.add_argument("--n-features", type=int, default=None, help="LIBSVM width / synthetic rcv1 columns")
     prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
     prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
     prepare.add_argument("--test-fraction", type=float, default=0.2)
@@ -135,31 +142,76 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    import numpy as np
+    """Load or generate a dataset, cut it into shards and upload them with a manifest."""
+    from pydantic import ValidationError
 
     from lambdaml.config import StorageSpec
     from lambdaml.data import formats, shards, synthetic
+    from lambdaml.data.builtin import load_builtin
+    from lambdaml.data.sparse import Features
     from lambdaml.storage import open_storage
 
+    # cmd_demo and older callers build the namespace by hand, without the newer options
+    builtin = getattr(args, "builtin", None)
+    sparse = bool(getattr(args, "sparse", False))
+    n_features = getattr(args, "n_features", None)
+    inputs = [args.input] if isinstance(args.input, str) else list(args.input or [])
     if args.shards < 1:
         raise ConfigError("--shards must be at least 1")
-    X: np.ndarray
-    y: np.ndarray
+    try:  # checked before a long load, so a typo fails at once
+        storage = StorageSpec(bucket=args.bucket, endpoint_url=args.endpoint_url, region=args.region)
+    except ValidationError as exc:
+        raise ConfigError(
+            "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors() if e["loc"])
+        ) from None
+    if n_features is not None and n_features < 1:
+        raise ConfigError("--n-features must be at least 1")
+    if args.format and not inputs:
+        raise ConfigError("--format applies to --input files")
+    fmt = args.synthetic or builtin or args.format or {".csv": "csv", ".npz": "npz"}.get(Path(inputs[0]).suffix.lower())
+    fmt = fmt or "libsvm"
+    if sparse and fmt not in ("libsvm", "rcv1"):
+        raise ConfigError(f"--sparse applies to LIBSVM input, not {fmt}")
+    if n_features is not None and fmt not in ("libsvm", "rcv1"):
+        raise ConfigError(f"--n-features applies to LIBSVM input and --synthetic rcv1, not {fmt}")
+    X: Features
+    sample_shape: list[int] | None = None
     if args.synthetic:
         if args.rows < 2:
             raise ConfigError("--rows must be at least 2")
-        X, y, _ = synthetic.higgs_like(args.rows, seed=args.seed)
+        if args.synthetic == "rcv1":
+            X, y, _ = synthetic.rcv1_like(args.rows, features=n_features or synthetic.RCV1_FEATURES, seed=args.seed)
+        else:
+            X, y, _ = synthetic.higgs_like(args.rows, seed=args.seed)
+    elif builtin:
+        X, y, sample_shape = load_builtin(builtin)
     else:
-        fmt = args.format or ("csv" if Path(args.input).suffix.lower() == ".csv" else "libsvm")
-        X, y = formats.load_csv(args.input, args.label_column) if fmt == "csv" else formats.load_libsvm(args.input)
-    store = open_storage(StorageSpec(bucket=args.bucket, endpoint_url=args.endpoint_url, region=args.region))
+        if len(inputs) > 1 and fmt != "cifar10":
+            raise ConfigError(f"--input takes one {fmt} file; only --format cifar10 reads several")
+        if fmt == "cifar10":
+            X, y, sample_shape = formats.load_cifar10_batches(inputs)
+        elif fmt == "npz":
+            X, y, sample_shape = formats.load_npz(inputs[0])
+        elif fmt == "csv":
+            X, y = formats.load_csv(inputs[0], args.label_column)
+        else:
+            X, y = formats.load_libsvm(inputs[0], n_features, sparse=sparse)
+    store = open_storage(storage)
     store.ensure()
     manifest = shards.prepare(
-        store, args.name, X, y, shards=args.shards, test_fraction=args.test_fraction, seed=args.seed
+        store,
+        args.name,
+        X,
+        y,
+        shards=args.shards,
+        test_fraction=args.test_fraction,
+        seed=args.seed,
+        sample_shape=sample_shape,
     )
     console.print(
-        f"dataset {manifest.name}: {manifest.train_rows} training rows in {manifest.shards} shards, "
-        f"{manifest.test_rows} test rows, {manifest.n_features} features -> s3://{args.bucket}/datasets/{args.name}/"
+        f"dataset {manifest.name} ({manifest.format}): {manifest.train_rows} training rows in {manifest.shards} "
+        f"shards, {manifest.test_rows} test rows, {manifest.n_features} features, {manifest.n_classes} classes "
+        f"-> s3://{args.bucket}/datasets/{args.name}/"
     )
     return 0
 

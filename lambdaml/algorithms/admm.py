@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.data.sparse import Features
 
 
 class ADMM(AlgorithmState):
@@ -20,7 +21,7 @@ class ADMM(AlgorithmState):
         self.z = self.params.copy()
         self.u = np.zeros_like(self.params)
 
-    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+    def step(self, X: Features, y: np.ndarray) -> None:
         self._local_step(X, y, extra_grad=self.spec.rho * (self.params - self.z + self.u))
 
     def end_epoch(self, epoch: int) -> float:

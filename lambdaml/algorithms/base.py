@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from lambdaml.data.sparse import Features
 from lambdaml.optim import make_optimizer
 
 if TYPE_CHECKING:
@@ -47,11 +48,11 @@ class AlgorithmState(ABC):
         self._loss_sum = 0.0
         self._count = 0.0
 
-    def on_start(self, X: np.ndarray, y: np.ndarray) -> None:
+    def on_start(self, X: Features, y: np.ndarray) -> None:
         """Called once with this worker's whole shard, before the first step."""
 
     @abstractmethod
-    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+    def step(self, X: Features, y: np.ndarray) -> None:
         """Train on one batch (possibly empty when this worker's shard ran out)."""
 
     def end_epoch(self, epoch: int) -> float:
@@ -72,7 +73,7 @@ class AlgorithmState(ABC):
         self._loss_sum = self._count = 0.0
         return loss
 
-    def _gradient(self, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def _gradient(self, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Loss and gradient *sums* of a batch, timed as compute."""
         started = time.perf_counter()
         if len(y):
@@ -82,7 +83,7 @@ class AlgorithmState(ABC):
         self.compute_s += time.perf_counter() - started
         return loss, grad
 
-    def _local_step(self, X: np.ndarray, y: np.ndarray, extra_grad: np.ndarray | None = None) -> None:
+    def _local_step(self, X: Features, y: np.ndarray, extra_grad: np.ndarray | None = None) -> None:
         """One optimizer step on this worker's batch alone (MA-SGD, ADMM, ASP GA-SGD)."""
         loss, grad = self._gradient(X, y)
         self._loss_sum += loss

@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.data.sparse import Features
 
 
 class GASGD(AlgorithmState):
@@ -20,7 +21,7 @@ class GASGD(AlgorithmState):
 
     supports_async = True
 
-    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+    def step(self, X: Features, y: np.ndarray) -> None:
         if self.asynchronous is not None:
             before = self.params.copy()
             self._local_step(X, y)

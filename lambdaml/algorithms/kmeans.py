@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.data.sparse import Features, require_dense
 from lambdaml.models.kmeans import KMeansModel, initial_centroids
 
 
@@ -18,7 +19,8 @@ class KMeans(AlgorithmState):
     reduction shares them. A cluster that loses every point keeps its centroid.
     """
 
-    def on_start(self, X: np.ndarray, y: np.ndarray) -> None:
+    def on_start(self, X: Features, y: np.ndarray) -> None:
+        X = require_dense(X, type(self).__name__)
         assert isinstance(self.model, KMeansModel)
         mine = initial_centroids(X, self.model.k, self.spec.seed) if self.comm.rank == 0 else None
         self.params = self.comm.allreduce(np.zeros_like(self.params) if mine is None else mine.ravel())
@@ -29,7 +31,8 @@ class KMeans(AlgorithmState):
         self._sums = np.zeros((self.model.k, self.model.n_features))
         self._counts = np.zeros(self.model.k)
 
-    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+    def step(self, X: Features, y: np.ndarray) -> None:
+        X = require_dense(X, type(self).__name__)
         assert isinstance(self.model, KMeansModel)
         started = time.perf_counter()
         if len(X):

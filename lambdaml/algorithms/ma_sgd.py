@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.data.sparse import Features
 
 
 class MASGD(AlgorithmState):
@@ -21,7 +22,7 @@ class MASGD(AlgorithmState):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._base = self.params.copy()  # the global model this worker's local run started from
 
-    def step(self, X: np.ndarray, y: np.ndarray) -> None:
+    def step(self, X: Features, y: np.ndarray) -> None:
         self._local_step(X, y)
 
     def end_epoch(self, epoch: int) -> float:

@@ -1,8 +1,9 @@
 """Binary shards in S3: ``lambdaml data prepare`` writes them, workers map them.
 
-A dataset is a manifest plus one codec bundle per shard (``X`` float32 rows, ``y``
-labels) and an optional test bundle. Workers never parse text: they download their
-shard and ``np.frombuffer`` it.
+A dataset is a manifest plus one codec bundle per shard and an optional test bundle.
+A dense shard holds ``X`` (float32 rows) and ``y``; a CSR shard (``manifest.format ==
+"csr"``) holds ``indptr``, ``indices``, ``data``, ``shape`` and ``y``. Workers never parse
+text: they download their shard and ``np.frombuffer`` it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.channels import Channel
+from lambdaml.data.sparse import CSRMatrix, Features
 from lambdaml.errors import CodecError, DataError, KeyNotFound
 from lambdaml.storage import get_json, put_json
 
 log = logging.getLogger(__name__)
 MANIFEST_VERSION = 1
+FORMATS = ("dense", "csr")
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def shards_of_worker(manifest: Manifest, rank: int, workers: int) -> list[int]:
 def prepare(
     store: Channel,
     name: str,
-    X: np.ndarray,
+    X: Features,
     y: np.ndarray,
     *,
     shards: int,
@@ -69,10 +72,12 @@ def prepare(
 ) -> Manifest:
     """Shuffle, hold out a test split, cut the rest into shards and upload them.
 
-    The manifest is written last, so a reader that finds it finds every shard.
+    ``X`` is a dense 2-D array or a CSRMatrix (stored as CSR shards). The manifest is
+    written last, so a reader that finds it finds every shard.
     """
     keys.check_name(name, "dataset name")
-    if X.ndim != 2 or len(X) != len(y):
+    y = np.asarray(y)
+    if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
         raise DataError(f"features {X.shape} and labels {y.shape} do not match")
     if not 0 <= test_fraction < 1:
         raise DataError(f"test fraction {test_fraction} is outside [0, 1)")
@@ -81,13 +86,18 @@ def prepare(
     test, train = order[:n_test], order[n_test:]
     if len(train) < shards:
         raise DataError(f"{len(train)} training rows cannot fill {shards} shards")
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    if isinstance(X, CSRMatrix):
+        X.validate()
+        fmt = "csr"
+    else:
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        fmt = "dense"
     y = np.ascontiguousarray(y, dtype=np.float32)
     pieces = np.array_split(train, shards)
     for index, rows in enumerate(pieces):
-        store.put(keys.dataset_shard(name, index), codec.encode_bundle({"X": X[rows], "y": y[rows]}))
+        store.put(keys.dataset_shard(name, index), _encode_rows(X, y, rows))
     if n_test:
-        store.put(keys.dataset_test(name), codec.encode_bundle({"X": X[test], "y": y[test]}))
+        store.put(keys.dataset_test(name), _encode_rows(X, y, test))
     manifest = Manifest(
         name=name,
         n_features=int(X.shape[1]),
@@ -96,10 +106,18 @@ def prepare(
         created=time.time(),
         n_classes=_count_classes(y),
         sample_shape=sample_shape,
+        format=fmt,
     )
     put_json(store, keys.dataset_manifest(name), asdict(manifest))
-    log.info("prepared dataset %s: %d shards, %d test rows", name, shards, n_test)
+    log.info("prepared %s dataset %s: %d shards, %d test rows", fmt, name, shards, n_test)
     return manifest
+
+
+def _encode_rows(X: Features, y: np.ndarray, rows: np.ndarray) -> bytes:
+    """One shard's bundle: dense ``X`` and ``y``, or the CSR arrays and ``y``."""
+    if isinstance(X, CSRMatrix):
+        return codec.encode_bundle({**X[rows].to_bundle(), "y": y[rows]})
+    return codec.encode_bundle({"X": X[rows], "y": y[rows]})
 
 
 def _count_classes(y: np.ndarray) -> int:
@@ -129,37 +147,52 @@ def read_manifest(store: Channel, name: str) -> Manifest:
     return manifest
 
 
-def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tuple[Features, np.ndarray]:
+    """Download, verify and map one shard; a corrupt or mismatched one is a DataError naming its key."""
+    if manifest.format not in FORMATS:
+        raise DataError(
+            f"dataset {manifest.name!r} has format {manifest.format!r}; this build reads {', '.join(FORMATS)}"
+        )
     try:
         raw = store.get(key)
     except KeyNotFound:
         raise DataError(f"dataset {manifest.name!r} is missing {key}") from None
     try:
         bundle = codec.decode_bundle(raw, what=key)
-        X, y = bundle["X"], bundle["y"]
+        y = bundle["y"]
+        X: Features
+        if manifest.format == "csr":
+            X = CSRMatrix.from_bundle(bundle, shape=(rows, manifest.n_features), what=key)
+        else:
+            X = bundle["X"]
     except KeyError as exc:
         raise DataError(f"{key} has no {exc} array") from None
     except CodecError as exc:
         raise DataError(str(exc)) from None
-    if X.dtype != np.float32 or X.shape != (rows, manifest.n_features):
+    if isinstance(X, np.ndarray) and (X.dtype != np.float32 or X.shape != (rows, manifest.n_features)):
         raise DataError(f"{key} holds {X.dtype} {X.shape} features, expected float32 ({rows}, {manifest.n_features})")
     if y.shape != (rows,):
         raise DataError(f"{key} has {y.shape} labels, expected ({rows},)")
     return X, y
 
 
-def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Download and map the shards of one worker."""
+def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[Features, np.ndarray]:
+    """Download and map the shards of one worker (a CSRMatrix for a csr dataset, else an array)."""
     loaded = [
         _load_bundle(store, manifest, keys.dataset_shard(manifest.name, i), manifest.shard_rows[i])
         for i in shards_of_worker(manifest, rank, workers)
     ]
     if len(loaded) == 1:
         return loaded[0]
-    return np.concatenate([X for X, _ in loaded]), np.concatenate([y for _, y in loaded])
+    y = np.concatenate([y for _, y in loaded])
+    parts = [X for X, _ in loaded]
+    if manifest.format == "csr":
+        return CSRMatrix.vstack([X for X in parts if isinstance(X, CSRMatrix)]), y
+    return np.concatenate([X for X in parts if isinstance(X, np.ndarray)]), y
 
 
-def load_test(store: Channel, manifest: Manifest) -> tuple[np.ndarray, np.ndarray] | None:
+def load_test(store: Channel, manifest: Manifest) -> tuple[Features, np.ndarray] | None:
+    """The held-out test split, or None when the dataset has none."""
     if manifest.test_rows == 0:
         return None
     return _load_bundle(store, manifest, keys.dataset_test(manifest.name), manifest.test_rows)

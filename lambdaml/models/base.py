@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.data.sparse import Features
+
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
     from lambdaml.data.shards import Manifest
@@ -40,7 +42,7 @@ class Model(ABC):
     def init_params(self, seed: int) -> np.ndarray: ...
 
     @abstractmethod
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Sum over the batch of the data loss, and of its gradient."""
 
     @abstractmethod
@@ -48,15 +50,15 @@ class Model(ABC):
         """Gradient of the regularizer, added once to the averaged data gradient."""
 
     @abstractmethod
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray: ...
+    def predict(self, params: np.ndarray, X: Features) -> np.ndarray: ...
 
-    def mean_loss(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    def mean_loss(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
         if len(y) == 0:
             return float("nan")
         loss, _ = self.loss_grad_sum(params, X, y)
         return loss / len(y)
 
-    def accuracy(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    def accuracy(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
         if len(y) == 0:
             return float("nan")
         return float(np.mean(self.predict(params, X) == self.labels(y)))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError
 from lambdaml.models.base import Model
 
@@ -54,20 +55,23 @@ class KMeansModel(Model):
     def init_params(self, seed: int) -> np.ndarray:
         return np.zeros(self.n_params)  # the algorithm picks centroids from the data
 
-    def assign(self, params: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def assign(self, params: np.ndarray, X: Features) -> tuple[np.ndarray, np.ndarray]:
         """Nearest centroid of each row and the squared distance to it."""
+        X = require_dense(X, type(self).__name__)
         centroids = params.reshape(self.k, self.n_features)
         X64 = np.asarray(X, dtype=np.float64)
         squared = (X64 * X64).sum(axis=1)[:, None] - 2.0 * X64 @ centroids.T + (centroids * centroids).sum(axis=1)
         nearest = np.argmin(squared, axis=1)
         return nearest, np.maximum(squared[np.arange(len(X64)), nearest], 0.0)
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+        X = require_dense(X, type(self).__name__)
         _, distances = self.assign(params, X)
         return float(distances.sum()), np.zeros_like(params)
 
     def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
         return np.zeros_like(params)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+        X = require_dense(X, type(self).__name__)
         return self.assign(params, X)[0]

@@ -1,14 +1,22 @@
-"""Linear models in numpy (the zip-deployable path: no torch)."""
+"""Linear models in numpy (the zip-deployable path: no torch), on dense or CSR features.
+
+LR and SVM differ only in the loss of the margin ``z = X @ w + b``; the base class does
+the rest once. ``X`` is used only through ``X @ w`` and ``X.T @ r``, so a dense array and
+a ``CSRMatrix`` work alike.
+"""
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import numpy as np
 
+from lambdaml.data.sparse import Features
 from lambdaml.models.base import Model
 
 
-class LogisticRegression(Model):
-    """Binary logistic regression; parameters are the weights followed by the bias.
+class LinearModel(Model):
+    """A binary linear classifier; parameters are the weights followed by the bias.
 
     Labels above 0 are the positive class, so both {0, 1} and {-1, +1} files work.
     """
@@ -24,16 +32,19 @@ class LogisticRegression(Model):
     def labels(self, y: np.ndarray) -> np.ndarray:
         return (y > 0).astype(np.float64)
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        w, b = params[:-1], params[-1]
-        t = self.labels(y)
-        z = X @ w + b
-        # log(1 + e^z) - t z, computed stably
-        loss = float(np.sum(np.logaddexp(0.0, z) - t * z))
-        residual = _sigmoid(z) - t
+    def margin(self, params: np.ndarray, X: Features) -> np.ndarray:
+        """``X @ w + b`` for every row (float64)."""
+        return np.asarray(X @ params[:-1], dtype=np.float64) + params[-1]
+
+    @abstractmethod
+    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+        """Summed loss of margins ``z`` for labels ``t`` in {0, 1}, and its derivative per row."""
+
+    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, slope = self.loss_and_slope(self.margin(params, X), self.labels(y))
         grad = np.empty_like(params)
-        grad[:-1] = X.T @ residual
-        grad[-1] = residual.sum()
+        grad[:-1] = X.T @ slope
+        grad[-1] = slope.sum()
         return loss, grad
 
     def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
@@ -41,8 +52,30 @@ class LogisticRegression(Model):
         grad[-1] = 0.0  # the bias is not regularized
         return grad
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return ((X @ params[:-1] + params[-1]) > 0).astype(np.float64)
+    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+        """Class 1 where the margin is positive, else 0 (compared with ``labels(y)``)."""
+        return (self.margin(params, X) > 0).astype(np.float64)
+
+
+class LogisticRegression(LinearModel):
+    """Binary logistic regression: ``log(1 + e^z) - t z`` summed over the batch."""
+
+    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+        loss = float(np.sum(np.logaddexp(0.0, z) - t * z))  # stable for any z
+        return loss, _sigmoid(z) - t
+
+
+class LinearSVM(LinearModel):
+    """Linear SVM: hinge loss ``max(0, 1 - s z)`` with ``s = +1`` for positive labels, ``-1`` otherwise.
+
+    The hinge is not differentiable at ``s z = 1``; the subgradient used there is 0.
+    """
+
+    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+        s = 2.0 * t - 1.0
+        slack = 1.0 - s * z
+        active = slack > 0
+        return float(np.sum(slack[active])), np.where(active, -s, 0.0)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from lambdaml import settings
+from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.base import Model
 
@@ -143,7 +144,8 @@ class TorchModel(Model):
     def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
         return self.l2 * params
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+        X = require_dense(X, type(self).__name__)
         if len(y) == 0:
             return 0.0, np.zeros_like(params)
         self._load(params)
@@ -158,13 +160,15 @@ class TorchModel(Model):
         )
         return float(loss.item()), grad.numpy().astype(params.dtype, copy=False)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+        X = require_dense(X, type(self).__name__)
         self._load(params)
         out = [logits.argmax(dim=1).numpy() for logits in self._eval_logits(X)]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
-    def mean_loss(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    def mean_loss(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
         """Mean cross-entropy without a gradient, in batches (a whole test set fits in memory)."""
+        X = require_dense(X, type(self).__name__)
         if len(y) == 0:
             return float("nan")
         self._load(params)
