@@ -195,6 +195,8 @@ class TorchModel(Model):
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise DataError(f"model {self.name!r} expects rows of {self.n_features} features; got shape {X.shape}")
+        if not X.flags.writeable:  # a shard mapped from its wire bytes; torch wants its own memory
+            X = X.copy()
         return torch.from_numpy(X).reshape(len(X), *self.sample_shape)
 
     def _targets(self, y: np.ndarray) -> torch.Tensor:
