@@ -124,6 +124,14 @@ class SyncSpec(_Spec):
         return _known_name(PATTERNS, pattern)
 
 
+class RuntimeSpec(_Spec):
+    """How a worker survives Lambda's time limit and crashes."""
+
+    checkpoint_every: int = Field(50, ge=1, le=1_000_000)  # rounds between checkpoints
+    margin_s: float = Field(10.0, ge=0, le=600)  # stop and continue this long before the deadline
+    max_invocations: int = Field(100, ge=1, le=100_000)  # continuations and resumes per worker
+
+
 class JobSpec(_Spec):
     """A whole training job, as written in a job file."""
 
@@ -135,6 +143,7 @@ class JobSpec(_Spec):
     model: ModelSpec = ModelSpec()
     algorithm: AlgorithmSpec = AlgorithmSpec()
     sync: SyncSpec = SyncSpec()
+    runtime: RuntimeSpec = RuntimeSpec()
 
     @field_validator("name")
     @classmethod

@@ -59,3 +59,7 @@ class WorkerError(LambdaMLError):
 
 class JobFailed(LambdaMLError):
     """The job as a whole failed (a worker died, diverged, or timed out)."""
+
+
+class JobCancelled(LambdaMLError):
+    """Someone cancelled the job."""

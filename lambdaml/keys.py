@@ -64,6 +64,27 @@ def job_model(job_id: str) -> str:
     return job_prefix(job_id) + "model"
 
 
+def job_status(job_id: str) -> str:
+    """The job's state as the coordinator and the workers record it (running, failed, ...)."""
+    return job_prefix(job_id) + "status.json"
+
+
+def job_cancel(job_id: str) -> str:
+    return job_prefix(job_id) + "cancel"
+
+
+def worker_checkpoint(job_id: str, rank: int) -> str:
+    return job_prefix(job_id) + f"checkpoints/p{rank:05d}"
+
+
+def worker_heartbeat(job_id: str, rank: int) -> str:
+    return job_prefix(job_id) + f"heartbeats/p{rank:05d}.json"
+
+
+def worker_report(job_id: str, rank: int) -> str:
+    return job_prefix(job_id) + f"reports/p{rank:05d}.json"
+
+
 # --- communication (on the channel) ------------------------------------------------
 
 

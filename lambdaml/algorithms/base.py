@@ -108,11 +108,14 @@ class AlgorithmState(ABC):
         return reduced[:-2], (loss_sum / count if count else float("nan"))
 
     def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything a continued run needs to go on exactly where this one stopped."""
         optimizer = {f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()}
-        return {"params": self.params.copy(), **optimizer}
+        epoch_stats = np.array([self._loss_sum, self._count])
+        return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.params = np.array(state["params"])
+        self._loss_sum, self._count = (float(v) for v in state["epoch_stats"])
         prefix = "optimizer."
         self.optimizer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
 

@@ -56,3 +56,10 @@ class KMeans(AlgorithmState):
         self.params = centroids.ravel()
         self._reset()
         return inertia
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**super().state_dict(), "sums": self._sums.copy(), "counts": self._counts.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self._sums, self._counts = np.array(state["sums"]), np.array(state["counts"])

@@ -43,3 +43,10 @@ class MASGD(AlgorithmState):
         if self.asynchronous is not None:
             self._base += self.asynchronous.drain(self._base)
             self.params = self._base.copy()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**super().state_dict(), "base": self._base.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self._base = np.array(state["base"])

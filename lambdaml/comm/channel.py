@@ -36,12 +36,14 @@ class ChannelCommunicator(Communicator):
         pattern: str = "allreduce",
         timeout_s: float = 120.0,
         first_round: int = 0,
+        extra_retention: int = 0,
     ) -> None:
         super().__init__(rank, world_size)
         self.channel = channel
         self.job_id = job_id
         self.timeout_s = timeout_s
         self.round = first_round
+        self.extra_retention = extra_retention
         self.pattern: Any = PATTERNS.get(pattern)()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
@@ -60,7 +62,12 @@ class ChannelCommunicator(Communicator):
         return result
 
     def retire_round(self, round_: int) -> None:
-        """Delete a finished round's keys off the critical path."""
+        """Delete a finished round's keys off the critical path.
+
+        With ``extra_retention`` the last few rounds stay readable, so a worker resumed
+        from its checkpoint can replay them.
+        """
+        round_ -= self.extra_retention
         if round_ >= 0:
             self.in_background(self.channel.clear, keys.round_prefix(self.job_id, round_))
 
@@ -83,13 +90,17 @@ class ChannelCommunicator(Communicator):
         finally:
             self.comm_s += time.perf_counter() - started
 
-    def finish(self) -> None:
-        """Rank 0 waits until every rank is done reading, then removes the job's keys."""
-        self._arrive("end", wait=self.rank == 0)
+    def finish(self, *, early: bool = False) -> None:
+        """Rank 0 waits until every rank is done reading, then removes the job's keys.
+
+        ``early``: this invocation stops for a continuation; only finish housekeeping.
+        """
+        if not early:
+            self._arrive("end", wait=self.rank == 0)
         for future in self._cleanups:
             future.result()
         self._janitor.shutdown(wait=True)
-        if self.rank == 0:
+        if self.rank == 0 and not early:
             removed = self.channel.clear(keys.comm_prefix(self.job_id))
             log.debug("removed %d keys of job %s from the channel", removed, self.job_id)
 

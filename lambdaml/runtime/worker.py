@@ -1,28 +1,32 @@
 """The worker core: one rank's whole training run, the same on every backend.
 
 Backends (local processes, Lambda, the local Lambda service) differ only in how they
-start this function and carry its report back.
+start this function and carry its report back. On Lambda a run may stop before its
+deadline with a checkpoint and go on in a fresh invocation (``Lifetime``); the continued
+run ends with exactly the model an uninterrupted one would.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lambdaml import codec, keys
-from lambdaml.algorithms import reify
+from lambdaml.algorithms import AlgorithmState, reify
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.config import JobSpec
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import load_test, load_worker_data, read_manifest
-from lambdaml.errors import JobFailed
+from lambdaml.errors import CodecError, JobFailed, KeyNotFound
 from lambdaml.models import MODELS
 from lambdaml.storage import open_storage
 
@@ -31,10 +35,59 @@ log = logging.getLogger(__name__)
 #: Called after every epoch with (rank, epoch, mean loss, seconds since start).
 EpochCallback = Callable[[int, int, float, float], None]
 
+_TIME_KEYS = ("load_s", "compute_s", "comm_s", "wait_s", "total_s")
+
 
 def params_checksum(params: np.ndarray) -> str:
     """A short fingerprint of a model, to check that every rank ends with the same one."""
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
+
+
+@dataclass
+class Lifetime:
+    """The time a run has (Lambda's deadline) and how often it checkpoints.
+
+    ``remaining_s`` reads the time left (``context.get_remaining_time_in_millis``); the
+    run stops for a continuation when less than ``margin_s`` plus two of its slowest
+    steps remain. Checkpoints every ``checkpoint_every`` rounds let a crashed run resume.
+    """
+
+    remaining_s: Callable[[], float]
+    margin_s: float = 10.0
+    checkpoint_every: int = 50
+
+
+@dataclass
+class _Position:
+    epoch: int = 0
+    step: int = 0
+    round: int = 0
+    invocations: int = 1
+    losses: list[float] | None = None
+    elapsed: list[float] | None = None
+    times: dict[str, float] | None = None
+    traffic: dict[str, float] | None = None
+
+
+def _save_checkpoint(store: Channel, job_id: str, rank: int, position: _Position, state: AlgorithmState) -> None:
+    meta = json.dumps(position.__dict__).encode()
+    arrays = {f"state.{k}": np.asarray(v) for k, v in state.state_dict().items()}
+    store.put(
+        keys.worker_checkpoint(job_id, rank), codec.encode_bundle({"meta": np.frombuffer(meta, np.uint8), **arrays})
+    )
+
+
+def _load_checkpoint(store: Channel, job_id: str, rank: int) -> tuple[_Position, dict[str, np.ndarray]] | None:
+    key = keys.worker_checkpoint(job_id, rank)
+    try:
+        bundle = codec.decode_bundle(store.get(key), what=key)
+    except KeyNotFound:
+        return None
+    try:
+        position = _Position(**json.loads(bytes(bundle.pop("meta"))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CodecError(f"{key} is not a checkpoint: {exc}") from None
+    return position, {k.removeprefix("state."): v for k, v in bundle.items()}
 
 
 def run_worker(
@@ -45,47 +98,98 @@ def run_worker(
     on_epoch: EpochCallback | None = None,
     channel: Channel | None = None,
     store: Channel | None = None,
+    lifetime: Lifetime | None = None,
 ) -> dict[str, Any]:
-    """Train one rank to the end and return its report (times, losses, traffic)."""
+    """Train one rank to the end (status "done") or to a checkpoint (status "continued").
+
+    With a ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
+    """
     started = time.perf_counter()
     store = store or open_storage(job.storage)
     manifest = read_manifest(store, job.dataset)
     X, y = load_worker_data(store, manifest, rank, job.workers)
     load_s = time.perf_counter() - started
 
+    resumed = _load_checkpoint(store, job_id, rank) if lifetime is not None else None
+    position, saved_state = resumed if resumed is not None else (_Position(), None)
+    if resumed is not None:
+        position.invocations += 1
+        log.info("rank %d resumes at epoch %d step %d (round %d)", rank, position.epoch, position.step, position.round)
+    losses, elapsed = position.losses or [], position.elapsed or []
+    before = position.times or dict.fromkeys(_TIME_KEYS, 0.0)
+
     model = MODELS.get(job.model.name).build(job.model, manifest)
     channel = channel or open_channel(job.channel)
     comm = ChannelCommunicator(
-        channel, job_id, rank, job.workers, pattern=job.sync.pattern, timeout_s=job.sync.timeout_s
+        channel,
+        job_id,
+        rank,
+        job.workers,
+        pattern=job.sync.pattern,
+        timeout_s=job.sync.timeout_s,
+        first_round=position.round,
+        # A resumed rank replays the rounds since its last checkpoint: keep them readable.
+        extra_retention=job.runtime.checkpoint_every if lifetime is not None else 0,
     )
     spec = job.algorithm
     state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
-    state.on_start(X, y)
+    if saved_state is None:
+        state.on_start(X, y)
+    else:
+        state.load_state_dict(saved_state)
     largest_shard = max(manifest.rows_of_worker(r, job.workers) for r in range(job.workers))
     steps = steps_per_epoch(largest_shard, spec.batch_size)
 
-    losses: list[float] = []
-    elapsed: list[float] = []
-    for epoch in range(spec.epochs):
+    def snapshot(epoch: int, step: int) -> _Position:
+        times = {
+            "load_s": before["load_s"] + load_s,
+            "compute_s": before["compute_s"] + state.compute_s,
+            "comm_s": before["comm_s"] + comm.comm_s,
+            "wait_s": before["wait_s"] + comm.wait_s,
+            "total_s": before["total_s"] + time.perf_counter() - started,
+        }
+        traffic = dict(position.traffic or {})
+        for name, value in comm.stats().items():
+            traffic[name] = traffic.get(name, 0.0) + value
+        return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic)
+
+    slowest_step = 0.0
+    last_checkpoint = comm.round
+    for epoch in range(position.epoch, spec.epochs):
         order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
-        for rows in batch_indices(order, spec.batch_size, steps):
+        first_step = position.step if epoch == position.epoch else 0
+        for step, rows in enumerate(batch_indices(order, spec.batch_size, steps)):
+            if step < first_step:
+                continue
+            if lifetime is not None:
+                if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
+                    _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
+                    comm.finish(early=True)
+                    return {"rank": rank, "status": "continued", "epoch": epoch, "step": step}
+                if comm.round - last_checkpoint >= lifetime.checkpoint_every:
+                    _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
+                    last_checkpoint = comm.round
+            step_started = time.perf_counter()
             state.step(X[rows], y[rows])
+            slowest_step = max(slowest_step, time.perf_counter() - step_started)
         loss = float(state.end_epoch(epoch))
         if not math.isfinite(loss):
             raise JobFailed(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
         losses.append(loss)
-        elapsed.append(time.perf_counter() - started)
+        elapsed.append(before["total_s"] + time.perf_counter() - started)
         if on_epoch is not None:
             on_epoch(rank, epoch + 1, loss, elapsed[-1])
     state.finish()
     params = state.final_params()
     report: dict[str, Any] = {
         "rank": rank,
+        "status": "done",
         "losses": losses,
         "epoch_elapsed_s": elapsed,
         "model_checksum": params_checksum(params),
         "rows": len(y),
         "steps_per_epoch": steps,
+        "invocations": position.invocations,
     }
     if state.asynchronous is not None:
         report["async"] = state.asynchronous.stats()
@@ -100,14 +204,14 @@ def run_worker(
             report["test_loss"] = model.mean_loss(params, *test)
             if model.supervised:
                 report["test_accuracy"] = model.accuracy(params, *test)
-    total_s = time.perf_counter() - started
-    wait_s = comm.wait_s
+    final = snapshot(spec.epochs, 0)
+    assert final.times is not None and final.traffic is not None
     report["times"] = {
-        "load_s": load_s,
-        "compute_s": state.compute_s,
-        "communicate_s": max(comm.comm_s - wait_s, 0.0),
-        "wait_s": wait_s,
-        "total_s": total_s,
+        "load_s": final.times["load_s"],
+        "compute_s": final.times["compute_s"],
+        "communicate_s": max(final.times["comm_s"] - final.times["wait_s"], 0.0),
+        "wait_s": final.times["wait_s"],
+        "total_s": final.times["total_s"],
     }
-    report["channel"] = comm.stats()
+    report["channel"] = final.traffic
     return report

@@ -1,0 +1,207 @@
+"""The Lambda runtime's promises, with the handlers called as Lambda would call them:
+long jobs continue across invocations, crashed workers resume, duplicates are harmless,
+and a worker that never comes back fails the job clearly instead of hanging it."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lambdaml import codec, keys
+from lambdaml.channels import Channel
+from lambdaml.config import JobSpec, StorageSpec, parse_job
+from lambdaml.data import shards, synthetic
+from lambdaml.runtime import lambda_handlers
+from lambdaml.runtime.job import run_job
+from lambdaml.storage import get_json, open_storage
+from tests.helpers import Services, channel_spec, unique_name
+
+WORKERS = 3
+
+
+class FakeContext:
+    """Lambda's context with a budget counted in calls, so a run stops at a known step.
+
+    The worker asks for the remaining time before every step; ``die_at`` makes that call
+    raise instead, as if the process were killed between two rounds.
+    """
+
+    def __init__(self, name: str, calls: int, die_at: int | None = None) -> None:
+        self.function_name = name
+        self.aws_request_id = f"req-{next(_ids)}"
+        self.memory_limit_in_mb = 1024
+        self._calls = calls
+        self._made = 0
+        self._die_at = die_at
+
+    def get_remaining_time_in_millis(self) -> int:
+        self._made += 1
+        if self._made == self._die_at:
+            raise RuntimeError("killed mid-run")
+        return 900_000 if self._made < self._calls else 1
+
+
+_ids = itertools.count()
+
+
+@dataclass
+class ThreadInvoker:
+    """Runs asynchronous invocations on threads, with AWS's two retries of a crashed event."""
+
+    handlers: dict[str, Callable[..., dict[str, Any]]]
+    calls_per_invocation: int = 10**9
+    crash: Callable[[dict[str, Any]], int | None] = lambda event: None
+    drop: Callable[[dict[str, Any]], bool] = lambda event: False
+    threads: list[threading.Thread] = field(default_factory=list)
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def invoke_async(self, function: str, payload: dict[str, Any]) -> None:
+        self.events.append(payload)
+        if self.drop(payload):
+            return  # the invocation never runs: a worker that never comes back
+        thread = threading.Thread(target=self._run, args=(function, payload), daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _run(self, function: str, payload: dict[str, Any]) -> None:
+        for _attempt in range(3):
+            try:
+                context = FakeContext(function, self.calls_per_invocation, self.crash(payload))
+                self.outcomes.append(self.handlers[function](payload, context, invoker=self))
+                return
+            except RuntimeError:
+                continue  # AWS retries an asynchronous event that failed
+
+    def join(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while any(t.is_alive() for t in self.threads):
+            assert time.monotonic() < deadline, "invocations still running"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def storage(services: Services) -> tuple[StorageSpec, Channel]:
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    X, y, _ = synthetic.higgs_like(1200, seed=8)
+    shards.prepare(store, "lambda", X, y, shards=WORKERS)
+    return spec, store
+
+
+def make_job(storage: StorageSpec, services: Services, **sync: Any) -> JobSpec:
+    return parse_job(
+        {
+            "name": "lam",
+            "workers": WORKERS,
+            "dataset": "lambda",
+            "storage": storage.model_dump(),
+            "channel": channel_spec("redis", services).model_dump(),
+            "algorithm": {"name": "ga_sgd", "epochs": 3, "batch_size": 40, "lr": 0.5},
+            "sync": {"timeout_s": 20, **sync},
+            "runtime": {"checkpoint_every": 5, "margin_s": 0},
+        }
+    )
+
+
+def start(job: JobSpec, invoker: ThreadInvoker) -> str:
+    answer = lambda_handlers.coordinate(
+        {"action": "start", "job": job.model_dump(mode="json"), "worker_function": "worker"},
+        FakeContext("coordinator", 10**9),
+        invoker=invoker,
+    )
+    assert answer["state"] == "running", answer
+    return str(answer["job_id"])
+
+
+def model(store: Channel, job_id: str) -> np.ndarray:
+    return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(storage: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
+    spec, store = storage
+    result = run_job(make_job(spec, services), results_dir=None)
+    return model(store, result["job_id"])
+
+
+def invoker() -> ThreadInvoker:
+    return ThreadInvoker({"worker": lambda_handlers.work, "coordinator": lambda_handlers.coordinate})
+
+
+def test_long_job_continues_across_invocations_to_the_same_model(
+    storage: tuple[StorageSpec, Channel], services: Services, uninterrupted: np.ndarray
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    lam.calls_per_invocation = 4  # each invocation "runs out of time" after 3 steps; 30 steps need 10
+    job_id = start(make_job(spec, services), lam)
+    lam.join()
+
+    result = get_json(store, keys.job_result(job_id))
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    assert min(result["invocations"]) >= 3
+    np.testing.assert_array_equal(model(store, job_id), uninterrupted)
+
+
+def test_worker_killed_mid_round_resumes_from_its_checkpoint(
+    storage: tuple[StorageSpec, Channel], services: Services, uninterrupted: np.ndarray
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    lam.calls_per_invocation = 25  # continuations after 24 steps
+    killed: set[int] = set()
+
+    def crash(event: dict[str, Any]) -> int | None:
+        # Rank 1's first invocation dies once at its 9th step, 3 rounds after its checkpoint
+        # at round 5: the retry resumes there and replays rounds 5-7 with the others waiting.
+        if event["rank"] == 1 and event["invocation"] == 1 and 1 not in killed:
+            killed.add(1)
+            return 9
+        return None
+
+    lam.crash = crash
+    job_id = start(make_job(spec, services), lam)
+    lam.join()
+    assert killed == {1}
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), uninterrupted)
+
+
+def test_duplicate_invocation_of_a_rank_does_not_corrupt_the_result(
+    storage: tuple[StorageSpec, Channel], services: Services, uninterrupted: np.ndarray
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    job = make_job(spec, services)
+    job_id = start(job, lam)
+    lam.invoke_async("worker", lambda_handlers.worker_event(job, job_id, 2, "worker"))  # delivered twice
+    lam.join()
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), uninterrupted)
+
+
+def test_worker_that_never_comes_back_fails_the_job_within_the_timeout(
+    storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    lam.drop = lambda event: event["rank"] == 2
+    started = time.monotonic()
+    job_id = start(make_job(spec, services, timeout_s=3), lam)
+    lam.join(timeout=30)
+    elapsed = time.monotonic() - started
+
+    status = get_json(store, keys.job_status(job_id))
+    assert status["state"] == "failed"
+    assert "timed out after 3s" in status["error"]
+    assert elapsed < 3 + 10, "no worker may spin past the timeout"
+    assert {o["status"] for o in lam.outcomes} == {"failed"}
