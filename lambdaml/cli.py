@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -42,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--backend", default="local", help="where workers run (default: %(default)s)")
     train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM)")
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
+    train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+
+    for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("job_id")
+        command.add_argument("--stack", required=True, help="the stack the job runs in")
 
     data = commands.add_parser("data", help="datasets").add_subparsers(dest="data_command", required=True)
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
@@ -78,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        handler = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo}[args.command]
+        handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
+        handler = handlers[args.command]
         return handler(args)
     except LambdaMLError as exc:
         errors.print(f"error: {exc}", soft_wrap=True)
@@ -95,8 +103,67 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lambdaml.config import load_job
 
     job = load_job(args.job)
-    result = train_with_progress(job, backend=args.backend, job_id=args.job_id, results_dir=args.results_dir)
+    if args.stack:
+        result = train_on_stack(job, args.stack, job_id=args.job_id, results_dir=args.results_dir)
+    else:
+        result = train_with_progress(job, backend=args.backend, job_id=args.job_id, results_dir=args.results_dir)
     print_result(result)
+    return 0
+
+
+def train_on_stack(job: Any, stack_name: str, *, job_id: str | None, results_dir: str | None) -> dict[str, Any]:
+    """Start the job through the stack's coordinator and follow the workers' heartbeats."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lambdaml.runtime import remote
+
+    stack = remote.resolve_stack(stack_name)
+    job = remote.bind(job, stack)
+    job_id = remote.start(job, stack, job_id=job_id)
+    console.print(f"job {job_id} started on stack {stack_name}: {job.workers} Lambda workers over {job.channel.kind}")
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("epochs", total=job.algorithm.epochs, detail="starting")
+
+        def on_progress(status: dict[str, Any], heartbeats: list[dict[str, Any]]) -> None:
+            done = min((h["epoch"] for h in heartbeats), default=0) if len(heartbeats) == job.workers else 0
+            lead = next((h for h in heartbeats if h["rank"] == 0), None)
+            detail = f"loss {lead['loss']:.5f}" if lead else status.get("state", "")
+            progress.update(task, completed=done, detail=detail)
+
+        result = remote.watch(job, job_id, stack, on_progress=on_progress)
+    if results_dir is not None:
+        path = Path(results_dir) / f"{job_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1))
+        result["result_path"] = str(path)
+    return result
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from lambdaml import keys
+    from lambdaml.runtime import remote
+
+    stack = remote.resolve_stack(args.stack)
+    store = remote.stack_store(stack)
+    status = remote.status_of(store, args.job_id)
+    job = remote.job_of(store, args.job_id)
+    console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
+    beats = store.get_many([keys.worker_heartbeat(args.job_id, r) for r in range(job.workers)])
+    for key in sorted(beats):
+        beat = json.loads(beats[key])
+        console.print(
+            f"  rank {beat['rank']}: epoch {beat['epoch']}/{job.algorithm.epochs}, loss {beat['loss']:.5f}, "
+            f"invocation {beat['invocation']}"
+        )
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from lambdaml.runtime import remote
+
+    status = remote.cancel(args.job_id, remote.resolve_stack(args.stack))
+    console.print(f"job {args.job_id}: {status.get('state')}")
     return 0
 
 

@@ -1,0 +1,170 @@
+"""Jobs on a deployed stack (AWS, or the local stack): start, watch, collect, cancel.
+
+A stack is known by its CloudFormation outputs. The job file keeps its algorithm and
+model; where data and channels live comes from the stack, so the same job file runs
+locally and on AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lambdaml import aws, keys
+from lambdaml.channels import Channel
+from lambdaml.config import JobSpec, StorageSpec, parse_job
+from lambdaml.errors import ConfigError, JobFailed, KeyNotFound, LambdaMLError
+from lambdaml.storage import get_json, open_storage
+
+log = logging.getLogger(__name__)
+
+#: Where ``lambdaml local up`` records the endpoints of a local stack.
+LOCAL_STACKS = Path.home() / ".lambdaml" / "stacks"
+
+
+@dataclass
+class Stack:
+    """A deployed stack's outputs and the endpoints to reach it (None: AWS itself)."""
+
+    name: str
+    outputs: dict[str, str]
+    region: str = "us-east-1"
+    endpoints: dict[str, str] = field(default_factory=dict)  # service -> URL, for local stacks
+
+    def output(self, name: str) -> str:
+        try:
+            return self.outputs[name]
+        except KeyError:
+            raise ConfigError(f"stack {self.name!r} has no output {name!r}; is it a LambdaML stack?") from None
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        return aws.client(service, endpoint_url=self.endpoints.get(service), region=self.region, **kwargs)
+
+
+def resolve_stack(name: str, *, region: str = "us-east-1") -> Stack:
+    """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``."""
+    local = LOCAL_STACKS / f"{keys.check_name(name, 'stack name')}.json"
+    endpoints: dict[str, str] = {}
+    if local.exists():
+        record = json.loads(local.read_text())
+        endpoints, region = record["endpoints"], record.get("region", region)
+    cloudformation = aws.client("cloudformation", endpoint_url=endpoints.get("cloudformation"), region=region)
+    try:
+        stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except Exception as exc:  # botocore's errors: a missing stack or no way to reach it
+        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    return Stack(name, outputs, region, endpoints)
+
+
+def bind(job: JobSpec, stack: Stack) -> JobSpec:
+    """The job with its storage and channel pointed at the stack's resources."""
+    data = job.model_dump(mode="json")
+    s3 = stack.endpoints.get("s3")
+    data["storage"].update(bucket=stack.output("DataBucketName"), endpoint_url=s3, region=stack.region)
+    channel = data["channel"]
+    kind = channel["kind"]
+    if kind == "s3":
+        channel.update(bucket=stack.output("CommBucketName"), endpoint_url=s3, region=stack.region)
+    elif kind == "dynamodb":
+        channel.update(table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"))
+    elif kind in ("redis", "memcached") and "CacheEndpoint" in stack.outputs:
+        host, _, port = stack.outputs["CacheEndpoint"].partition(":")
+        channel.update(host=host, port=int(port) if port else None)
+    elif kind == "memory":
+        raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
+    return parse_job(data, "job")
+
+
+def start(job: JobSpec, stack: Stack, *, job_id: str | None = None) -> str:
+    """Invoke the coordinator and return the job id it started."""
+    client = stack.client("lambda", read_timeout_s=120)
+    event: dict[str, Any] = {"action": "start", "job": job.model_dump(mode="json")}
+    if job_id:
+        event["job_id"] = job_id
+    answer = _invoke(client, stack.output("CoordinatorFunctionName"), event)
+    if answer.get("state") != "running":
+        raise ConfigError(f"the coordinator refused the job: {answer.get('error', answer)}")
+    return str(answer["job_id"])
+
+
+def _invoke(client: Any, function: str, event: dict[str, Any]) -> dict[str, Any]:
+    response = client.invoke(
+        FunctionName=function, InvocationType="RequestResponse", Payload=json.dumps(event).encode()
+    )
+    payload = json.loads(response["Payload"].read() or b"{}")
+    if response.get("FunctionError"):
+        raise JobFailed(
+            f"{function} failed: {payload.get('errorType', 'error')}: {payload.get('errorMessage', payload)}"
+        )
+    return dict(payload)
+
+
+ProgressCallback = Callable[[dict[str, Any], list[dict[str, Any]]], None]
+
+
+def watch(
+    job: JobSpec, job_id: str, stack: Stack, *, on_progress: ProgressCallback | None = None, poll_s: float = 0.5
+) -> dict[str, Any]:
+    """Follow the workers' heartbeats until the job ends; return its result record.
+
+    Bounded: if neither the status nor any heartbeat changes for the job's sync timeout
+    plus a minute, the job is declared stuck.
+    """
+    store = open_storage(job.storage)
+    beats = [keys.worker_heartbeat(job_id, r) for r in range(job.workers)]
+    last_change, last_seen = time.monotonic(), None
+    limit = job.sync.timeout_s + 60
+    while True:
+        status = status_of(store, job_id)
+        heartbeats = [json.loads(v) for v in store.get_many(beats).values()]
+        seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h["epoch"]) for h in heartbeats))
+        if seen != last_seen:
+            last_seen, last_change = seen, time.monotonic()
+            if on_progress is not None:
+                on_progress(status, heartbeats)
+        state = status.get("state")
+        if state == "succeeded":
+            result: dict[str, Any] = get_json(store, keys.job_result(job_id))
+            return result
+        if state in ("failed", "cancelled"):
+            raise JobFailed(f"job {job_id} {state}: {status.get('error', 'no detail')}")
+        if time.monotonic() - last_change > limit:
+            raise JobFailed(f"job {job_id} made no progress for {limit:g}s (last state: {state})")
+        time.sleep(poll_s)
+
+
+def status_of(store: Channel, job_id: str) -> dict[str, Any]:
+    try:
+        status: dict[str, Any] = get_json(store, keys.job_status(job_id))
+    except KeyNotFound:
+        raise ConfigError(f"no job {job_id!r} in this stack") from None
+    return status
+
+
+def job_of(store: Channel, job_id: str) -> JobSpec:
+    try:
+        return parse_job(get_json(store, keys.job_spec(job_id)), f"job {job_id}")
+    except KeyNotFound:
+        raise ConfigError(f"no job {job_id!r} in this stack") from None
+
+
+def cancel(job_id: str, stack: Stack) -> dict[str, Any]:
+    """Ask the coordinator to cancel; workers stop at their next heartbeat."""
+    job = job_of(stack_store(stack), job_id)
+    event = {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")}
+    return _invoke(stack.client("lambda"), stack.output("CoordinatorFunctionName"), event)
+
+
+def stack_store(stack: Stack) -> Channel:
+    """The stack's data bucket."""
+    bucket, endpoint = stack.output("DataBucketName"), stack.endpoints.get("s3")
+    return open_storage(StorageSpec(bucket=bucket, endpoint_url=endpoint, region=stack.region))
+
+
+__all__ = ["LambdaMLError", "Stack", "bind", "cancel", "resolve_stack", "stack_store", "start", "status_of", "watch"]
