@@ -37,8 +37,36 @@ format: setup
 	$(BIN)/ruff check --fix $(SRC)
 	$(BIN)/ruff format $(SRC)
 
-test: setup services lint
+test: setup services lint template-check zip-size-check
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# SAM and cfn-lint live in their own venv: aws-sam-cli pins boto3/click/pydantic exactly.
+SAM_VENV  := .venv-sam
+SAM_STAMP := $(SAM_VENV)/.installed
+SAM_BUILD := build/sam
+# Offline and credential-free: dummy keys, no instance metadata, no telemetry. Nothing here calls AWS.
+SAM_OFFLINE := AWS_ACCESS_KEY_ID=dummy AWS_SECRET_ACCESS_KEY=dummy \
+	AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true SAM_CLI_TELEMETRY=0
+
+.PHONY: sam-env template-check zip-size-check
+
+sam-env: $(SAM_STAMP)
+
+$(SAM_STAMP): requirements-sam.txt
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
+	touch $(SAM_STAMP)
+
+template-check: sam-env
+	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
+	$(SAM_OFFLINE) $(SAM_VENV)/bin/cfn-lint template.yaml
+
+# `sam build` without a container (manylinux wheels from PyPI); the torch image function has
+# no build metadata, so SAM skips it and no Docker is needed.
+zip-size-check: sam-env
+	rm -rf $(SAM_BUILD)
+	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam build -t template.yaml --build-dir $(SAM_BUILD)
+	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD)
+
 clean:
-	rm -rf $(VENV) results .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-sam build results .mypy_cache .ruff_cache .pytest_cache

@@ -45,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
 
+    local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
+    local_commands = local.add_subparsers(dest="local_command", required=True)
+    local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
+    local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
+    local_down = local_commands.add_parser("down", help="stop the local stack")
+    local_down.add_argument("--name", default="local")
+
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
         command.add_argument("job_id")
@@ -86,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
+        handlers["local"] = cmd_local
         handler = handlers[args.command]
         return handler(args)
     except LambdaMLError as exc:
@@ -100,25 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lambdaml.config import load_job
+    from lambdaml.config import load_job, read_job_file
 
-    job = load_job(args.job)
     if args.stack:
-        result = train_on_stack(job, args.stack, job_id=args.job_id, results_dir=args.results_dir)
+        result = train_on_stack(read_job_file(args.job), args.stack, job_id=args.job_id, results_dir=args.results_dir)
     else:
+        job = load_job(args.job)
         result = train_with_progress(job, backend=args.backend, job_id=args.job_id, results_dir=args.results_dir)
     print_result(result)
     return 0
 
 
-def train_on_stack(job: Any, stack_name: str, *, job_id: str | None, results_dir: str | None) -> dict[str, Any]:
+def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, results_dir: str | None) -> dict[str, Any]:
     """Start the job through the stack's coordinator and follow the workers' heartbeats."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lambdaml.runtime import remote
 
     stack = remote.resolve_stack(stack_name)
-    job = remote.bind(job, stack)
+    job = remote.bind(job_file, stack)
     job_id = remote.start(job, stack, job_id=job_id)
     console.print(f"job {job_id} started on stack {stack_name}: {job.workers} Lambda workers over {job.channel.kind}")
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
@@ -138,6 +147,23 @@ def train_on_stack(job: Any, stack_name: str, *, job_id: str | None, results_dir
         path.write_text(json.dumps(result, indent=1))
         result["result_path"] = str(path)
     return result
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from lambdaml.local import stack
+
+    if args.local_command == "up":
+        record = stack.up(args.name, cache=args.cache)
+        console.print(f"local stack {args.name!r} is up:")
+        for service, url in sorted(record["endpoints"].items()):
+            console.print(f"  {service:<15} {url}")
+        for key, value in sorted(record["outputs"].items()):
+            console.print(f"  {key:<15} {value}")
+        console.print(f"train on it with: lambdaml train JOB.yaml --stack {args.name}")
+    else:
+        stopped = stack.down(args.name)
+        console.print(f"local stack {args.name!r} is down ({len(stopped)} processes stopped)")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -201,6 +201,11 @@ def parse_job(data: Any, source: str = "job") -> JobSpec:
 
 def load_job(path: str | Path) -> JobSpec:
     """Read and validate a job file (.yaml, .yml or .json)."""
+    return parse_job(read_job_file(path), str(path))
+
+
+def read_job_file(path: str | Path) -> Any:
+    """A job file's content, parsed but not yet validated (``--stack`` fills in resources first)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -217,4 +222,4 @@ def load_job(path: str | Path) -> JobSpec:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise ConfigError(f"{path}: not valid YAML ({where}{problem})") from None
-    return parse_job(data, str(path))
+    return data

@@ -62,13 +62,15 @@ def resolve_stack(name: str, *, region: str = "us-east-1") -> Stack:
     return Stack(name, outputs, region, endpoints)
 
 
-def bind(job: JobSpec, stack: Stack) -> JobSpec:
-    """The job with its storage and channel pointed at the stack's resources."""
-    data = job.model_dump(mode="json")
+def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
+    """A job file's content with its storage and channel pointed at the stack's resources."""
+    if not isinstance(job, dict):
+        return parse_job(job, source)  # reports the shape error
+    data = {**job, "storage": dict(job.get("storage") or {}), "channel": dict(job.get("channel") or {"kind": "s3"})}
     s3 = stack.endpoints.get("s3")
     data["storage"].update(bucket=stack.output("DataBucketName"), endpoint_url=s3, region=stack.region)
     channel = data["channel"]
-    kind = channel["kind"]
+    kind = channel.get("kind", "s3")
     if kind == "s3":
         channel.update(bucket=stack.output("CommBucketName"), endpoint_url=s3, region=stack.region)
     elif kind == "dynamodb":
@@ -78,12 +80,12 @@ def bind(job: JobSpec, stack: Stack) -> JobSpec:
         channel.update(host=host, port=int(port) if port else None)
     elif kind == "memory":
         raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
-    return parse_job(data, "job")
+    return parse_job(data, source)
 
 
 def start(job: JobSpec, stack: Stack, *, job_id: str | None = None) -> str:
     """Invoke the coordinator and return the job id it started."""
-    client = stack.client("lambda", read_timeout_s=120)
+    client = stack.client("lambda", read_timeout_s=900, max_attempts=1)  # a retry would start it twice
     event: dict[str, Any] = {"action": "start", "job": job.model_dump(mode="json")}
     if job_id:
         event["job_id"] = job_id

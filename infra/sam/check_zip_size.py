@@ -1,0 +1,123 @@
+"""Fail when a zip function built by `sam build` is too big for Lambda.
+
+Lambda caps a zip function at 250 MB unzipped (262,144,000 bytes: the code plus its layers).
+This reads the built template that `sam build` wrote (BUILD_DIR/template.yaml), measures
+each zip function's artifact directory, prints a table and exits 1 when any function is at
+or over the limit. Run by `make zip-size-check` with .venv-sam's Python (stdlib + PyYAML).
+
+    python infra/sam/check_zip_size.py [--build-dir build/sam] [--limit-mb 250]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MB = 1024 * 1024  # Lambda's "250 MB" is 262,144,000 bytes = 250 * 2**20
+FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """A SafeLoader that accepts CloudFormation short tags (!Ref, !GetAtt, ...)."""
+
+
+def _cfn_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        assert isinstance(node, yaml.MappingNode)
+        value = loader.construct_mapping(node, deep=True)
+    name = tag_suffix if tag_suffix in ("Ref", "Condition") else f"Fn::{tag_suffix}"
+    return {name: value}
+
+
+_CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+def tree_size(root: Path) -> tuple[int, int, dict[str, int]]:
+    """Total bytes and files under root (links not followed), and bytes per top-level entry."""
+    total = files = 0
+    per_entry: dict[str, int] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        for name in filenames:
+            size = (Path(dirpath) / name).lstat().st_size
+            total += size
+            files += 1
+            top = rel.parts[0] if rel.parts else name
+            per_entry[top] = per_entry.get(top, 0) + size
+    return total, files, per_entry
+
+
+def zip_functions(build_dir: Path) -> dict[str, Path]:
+    """Logical id -> artifact directory of every zip function in the built template."""
+    template = yaml.load((build_dir / "template.yaml").read_text(), Loader=_CfnLoader)
+    found: dict[str, Path] = {}
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if resource.get("Type") not in FUNCTION_TYPES:
+            continue
+        props = resource.get("Properties") or {}
+        if props.get("PackageType", "Zip") != "Zip":
+            continue
+        code = props.get("CodeUri", props.get("Code"))
+        if not isinstance(code, str) or code.startswith("s3://"):
+            continue  # not built locally
+        found[logical_id] = (build_dir / code).resolve()
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build-dir", type=Path, default=Path("build/sam"), help="sam build's --build-dir")
+    parser.add_argument("--limit-mb", type=float, default=250.0, help="fail at or above this many MB (2**20 bytes)")
+    args = parser.parse_args(argv)
+
+    if not (args.build_dir / "template.yaml").is_file():
+        print(f"check_zip_size: no {args.build_dir / 'template.yaml'}; run `sam build` first", file=sys.stderr)
+        return 1
+    functions = zip_functions(args.build_dir)
+    if not functions:
+        print(f"check_zip_size: no zip function in {args.build_dir / 'template.yaml'}", file=sys.stderr)
+        return 1
+
+    limit = args.limit_mb * MB
+    rows = []
+    failed = False
+    for logical_id, path in sorted(functions.items()):
+        if not path.is_dir():
+            print(f"check_zip_size: {logical_id}: {path} is missing", file=sys.stderr)
+            return 1
+        total, files, per_entry = tree_size(path)
+        over = total >= limit
+        failed |= over
+        largest = sorted(per_entry.items(), key=lambda kv: -kv[1])[:3]
+        rows.append(
+            (
+                logical_id,
+                str(files),
+                f"{total / MB:.1f}",
+                f"{args.limit_mb:.0f}",
+                "TOO BIG" if over else "ok",
+                ", ".join(f"{name} {size / MB:.1f}" for name, size in largest),
+            )
+        )
+
+    header = ("function", "files", "unzipped MB", "limit MB", "status", "largest entries (MB)")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if failed:
+        print(f"check_zip_size: a zip function is at or over {args.limit_mb:g} MB unzipped", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
