@@ -24,10 +24,10 @@ from typing import Any
 
 import yaml
 
-from lambdaml import aws, keys
+from lambdaml import aws, keys, settings
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.local import services
-from lambdaml.runtime.remote import LOCAL_STACKS
+from lambdaml.runtime.remote import local_stacks
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _CfnLoader.add_multi_constructor("!", _tag)
 
 
 def record_path(name: str) -> Path:
-    return LOCAL_STACKS / f"{keys.check_name(name, 'stack name')}.json"
+    return local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
 
 
 def _translate(template: Path, parameters: dict[str, str], out: Path) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
     path = record_path(name)
     if path.exists():
         raise ConfigError(f"local stack {name!r} is already up ({path}); run 'lambdaml local down' first")
-    workdir = Path.home() / ".lambdaml" / "local" / name
+    workdir = settings.home() / "local" / name
     workdir.mkdir(parents=True, exist_ok=True)
     started: list[services.Service] = []
     try:
@@ -183,7 +183,7 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
         for service in started:
             service.stop()
         raise
-    LOCAL_STACKS.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return record
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lambdaml import aws, keys
+from lambdaml import aws, keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.errors import ConfigError, JobFailed, KeyNotFound, LambdaMLError
@@ -23,8 +23,10 @@ from lambdaml.storage import get_json, open_storage
 
 log = logging.getLogger(__name__)
 
-#: Where ``lambdaml local up`` records the endpoints of a local stack.
-LOCAL_STACKS = Path.home() / ".lambdaml" / "stacks"
+
+def local_stacks() -> Path:
+    """Where ``lambdaml local up`` records the endpoints of local stacks."""
+    return settings.home() / "stacks"
 
 
 @dataclass
@@ -48,18 +50,20 @@ class Stack:
 
 def resolve_stack(name: str, *, region: str = "us-east-1") -> Stack:
     """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``."""
-    local = LOCAL_STACKS / f"{keys.check_name(name, 'stack name')}.json"
+    local = local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
     endpoints: dict[str, str] = {}
+    local_outputs: dict[str, str] = {}  # what the local stack serves itself (its cache)
     if local.exists():
         record = json.loads(local.read_text())
         endpoints, region = record["endpoints"], record.get("region", region)
+        local_outputs = record.get("outputs", {})
     cloudformation = aws.client("cloudformation", endpoint_url=endpoints.get("cloudformation"), region=region)
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except Exception as exc:  # botocore's errors: a missing stack or no way to reach it
         raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    return Stack(name, outputs, region, endpoints)
+    return Stack(name, {**outputs, **local_outputs}, region, endpoints)
 
 
 def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
