@@ -91,7 +91,9 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
     assert any(r["cold"] for r in workers)
 
 
-def test_status_reports_a_finished_job_and_rejects_an_unknown_one(local_stack: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+def test_status_reports_a_finished_job_and_rejects_an_unknown_one(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     name, _ = local_stack
     store = remote.stack_store(remote.resolve_stack(name))
     job_ids = [k.split("/")[1] for k in store.list("jobs/") if k.endswith("/status.json")]
