@@ -150,6 +150,11 @@ class Channel(ABC):
     def _incr(self, key: str, amount: int) -> int:
         raise ChannelError(f"the {self.kind} channel has no atomic counter")
 
+    @property
+    def has_counter(self) -> bool:
+        """Whether the backend has an atomic counter (Redis, Memcached, DynamoDB, memory)."""
+        return type(self)._incr is not Channel._incr
+
     def ensure(self) -> None:
         """Create the bucket/table if missing (local stacks and tests; on AWS the template does)."""
 
@@ -193,20 +198,37 @@ class Channel(ABC):
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` at ``key``; values over the item limit are chunked transparently."""
-        data = bytes(data)
-        limit = self.max_item_bytes
-        if limit is None or len(data) <= limit:
-            self._retry(self._put, key, data)
-            self.stats.add(puts=1, bytes_sent=len(data))
-            return
-        pieces = [data[i : i + limit] for i in range(0, len(data), limit)]
-        part_keys = [K.chunk_part(key, i) for i in range(len(pieces))]
+        self.put_many([(key, data)])
 
-        self._map(lambda pair: self._retry(self._put, *pair), list(zip(part_keys, pieces, strict=True)))
-        # The manifest goes last, so a reader that sees the key sees every part.
-        manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, 1, len(pieces), len(data), zlib.crc32(data))
-        self._retry(self._put, key, manifest)
-        self.stats.add(puts=len(pieces) + 1, bytes_sent=len(data) + len(manifest))
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Store several values concurrently (a ScatterReduce worker's W-1 pieces).
+
+        Values over the item limit are split first, so every part of every value goes out
+        in one concurrent batch and the manifests follow in a second: a reader that sees a
+        key sees all its parts, and no pool task ever waits on the pool it runs in.
+        """
+        limit = self.max_item_bytes
+        first: list[tuple[str, bytes]] = []  # whole values and chunk parts
+        manifests: list[tuple[str, bytes]] = []
+        sent = 0
+        for key, value in items:
+            data = bytes(value)
+            if limit is None or len(data) <= limit:
+                first.append((key, data))
+                sent += len(data)
+                continue
+            pieces = [data[i : i + limit] for i in range(0, len(data), limit)]
+            first.extend((K.chunk_part(key, i), piece) for i, piece in enumerate(pieces))
+            manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, 1, len(pieces), len(data), zlib.crc32(data))
+            manifests.append((key, manifest))
+            sent += len(data) + len(manifest)
+
+        def put_one(pair: tuple[str, bytes]) -> None:
+            self._retry(self._put, *pair)
+
+        self._map(put_one, first)
+        self._map(put_one, manifests)
+        self.stats.add(puts=len(first) + len(manifests), bytes_sent=sent)
 
     def get(self, key: str) -> bytes:
         """Return the value at ``key``; raises KeyNotFound."""

@@ -1,0 +1,477 @@
+"""AllReduce vs ScatterReduce on every channel, next to the raw channel time of the same requests.
+
+Run: ``.venv/bin/python bench/collectives.py [--quick]``. It starts its own moto, Redis and
+Memcached on loopback ports, runs W workers as separate processes (as Lambda does: threads
+would share one GIL), and for each channel, W and d measures the median round time of
+each pattern after a warm-up round. Next to it, the *raw* time: the same requests with the
+same value and item sizes, issued through the plain client (boto3, redis-py, pymemcache)
+by the same processes in the same dependency order, with process barriers between the
+phases instead of polling. Raw and library rounds alternate, so drift hits both alike.
+
+Prints a table (channel, W, d, pattern, round ms, raw ms, ratio) and the speed-up of
+ScatterReduce over AllReduce, and writes the table to bench/results/collectives.csv
+(no plot: matplotlib is not a dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import logging
+import multiprocessing as mp
+import statistics
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import connection as mp_connection
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lambdaml import aws, codec
+from lambdaml.channels import Channel, dynamodb, memcached, open_channel
+from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.comm.patterns import chunk_bounds
+from lambdaml.config import ChannelSpec
+from lambdaml.local import services
+
+log = logging.getLogger("bench.collectives")
+
+HEADER = len(codec.encode(np.zeros(0, np.float32)))  # header + 1-d shape: raw values have the encoded size
+ITEM_LIMITS = {"memcached": memcached.DEFAULT_MAX_ITEM_BYTES, "dynamodb": dynamodb.DEFAULT_MAX_ITEM_BYTES}
+PATTERNS = ("allreduce", "scatter_reduce")
+KINDS = ("s3", "redis", "memcached", "dynamodb")
+BARRIER_TIMEOUT_S = 300.0
+RESULT_TIMEOUT_S = 900.0
+CSV_PATH = Path(__file__).resolve().parent / "results" / "collectives.csv"
+
+
+def rounds_for(d: int) -> int:
+    """Measured rounds per configuration (after one warm-up): fewer for the big vectors."""
+    return 9 if d <= 10_000 else 5 if d <= 1_000_000 else 3
+
+
+# ---- the raw channel: the plain client, the same value sizes, no library -------------------
+
+
+class RawClient:
+    """Plain put/get of bytes with one kind's own client; values split at the channel's item limit."""
+
+    def __init__(self, spec: ChannelSpec) -> None:
+        self.kind = spec.kind
+        self.limit = ITEM_LIMITS.get(spec.kind)
+        self.pool = ThreadPoolExecutor(Channel.concurrency, thread_name_prefix="raw")
+        self.client: Any
+        if spec.kind == "s3":
+            self.client = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
+            self.bucket = spec.bucket
+        elif spec.kind == "dynamodb":
+            self.client = aws.client("dynamodb", endpoint_url=spec.endpoint_url, region=spec.region)
+            self.table = spec.table
+        elif spec.kind == "redis":
+            import redis
+
+            self.client = redis.Redis(host=spec.host, port=spec.port or 6379, socket_timeout=60)
+        elif spec.kind == "memcached":
+            from pymemcache.client.base import PooledClient
+
+            self.client = PooledClient((spec.host, spec.port or 11211), no_delay=True, timeout=60)
+        else:
+            raise ValueError(f"no raw client for {spec.kind}")
+
+    def split(self, key: str, data: bytes) -> list[tuple[str, bytes]]:
+        """A value as the items the channel stores it in (one, or parts at the item limit)."""
+        if self.limit is None or len(data) <= self.limit:
+            return [(key, data)]
+        return [(f"{key}/{i}", data[s : s + self.limit]) for i, s in enumerate(range(0, len(data), self.limit))]
+
+    def put_one(self, item: tuple[str, bytes]) -> None:
+        key, data = item
+        if self.kind == "s3":
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        elif self.kind == "dynamodb":
+            self.client.put_item(TableName=self.table, Item={"k": {"S": key}, "v": {"B": data}})
+        elif self.kind == "redis":
+            self.client.set(key, data)
+        elif not self.client.set(key, data, noreply=False):
+            raise RuntimeError(f"memcached did not store {key}")
+
+    def get_one(self, key: str) -> bytes:
+        value: Any
+        if self.kind == "s3":
+            value = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        elif self.kind == "dynamodb":
+            item = self.client.get_item(TableName=self.table, Key={"k": {"S": key}}, ConsistentRead=True)
+            value = item["Item"]["v"]["B"]
+        else:
+            value = self.client.get(key)
+        if value is None:
+            raise RuntimeError(f"raw {self.kind}: {key} is missing")
+        return bytes(value)
+
+    def delete_one(self, key: str) -> None:
+        if self.kind == "s3":
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        elif self.kind == "dynamodb":
+            self.client.delete_item(TableName=self.table, Key={"k": {"S": key}})
+        else:
+            self.client.delete(key)
+
+    def _all(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        return [fn(items[0])] if len(items) == 1 else list(self.pool.map(fn, items))
+
+    def put_all(self, items: Sequence[tuple[str, bytes]]) -> None:
+        self._all(self.put_one, items)
+
+    def get_all(self, keys: Sequence[str]) -> int:
+        return sum(len(v) for v in self._all(self.get_one, keys))
+
+    def delete_all(self, keys: Sequence[str]) -> None:
+        self._all(self.delete_one, keys)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self.client.close()
+
+
+@dataclass
+class RawRound:
+    """One rank's raw round: items to put and keys to get per phase, phases separated by barriers."""
+
+    phases: list[tuple[list[tuple[str, bytes]], list[str], list[tuple[str, bytes]]]]  # (put, get, put-after-get)
+    written: list[str]
+
+
+def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix: str, payload: bytes) -> RawRound:
+    """The requests one rank issues in a round of ``pattern``, with values of the encoded sizes."""
+
+    def value(key: str, elements: int) -> list[tuple[str, bytes]]:
+        return raw.split(key, payload[: HEADER + 4 * elements])
+
+    def names(items: list[tuple[str, bytes]]) -> list[str]:
+        return [k for k, _ in items]
+
+    if pattern == "allreduce":
+        mine = value(f"{prefix}/p{rank}", d)
+        merged = value(f"{prefix}/m", d)
+        if rank == 0:
+            others = [k for r in range(1, world) for k in names(value(f"{prefix}/p{r}", d))]
+            return RawRound([([], [], []), ([], others, merged), ([], [], [])], names(merged))
+        return RawRound([(mine, [], []), ([], [], []), ([], names(merged), [])], names(mine))
+    bounds = chunk_bounds(d, world)
+    sizes = [hi - lo for lo, hi in bounds]
+    pieces = [item for j in range(world) if j != rank for item in value(f"{prefix}/p{rank}/c{j}", sizes[j])]
+    incoming = [k for r in range(world) if r != rank for k in names(value(f"{prefix}/p{r}/c{rank}", sizes[rank]))]
+    merged = value(f"{prefix}/m/c{rank}", sizes[rank])
+    gathered = [k for j in range(world) if j != rank for k in names(value(f"{prefix}/m/c{j}", sizes[j]))]
+    return RawRound([(pieces, [], []), ([], incoming, merged), ([], gathered, [])], names(pieces) + names(merged))
+
+
+# ---- worker processes -------------------------------------------------------------------------
+
+
+def run_raw(raw: RawClient, plan: RawRound, barrier: Barrier) -> None:
+    for i, (puts, gets, after) in enumerate(plan.phases):
+        if i:
+            barrier.wait(BARRIER_TIMEOUT_S)
+        if puts:
+            raw.put_all(puts)
+        if gets:
+            raw.get_all(gets)
+        if after:
+            raw.put_all(after)
+
+
+def measure(
+    rank: int, world: int, channel: Channel, raw: RawClient, barrier: Barrier, pattern: str, d: int, run_id: str
+) -> dict[str, list[tuple[float, float]]]:
+    """Alternate library and raw rounds; return each round's (start, end) on the shared monotonic clock."""
+    x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
+    payload = np.random.default_rng(100 + rank).bytes(HEADER + 4 * d)
+    comm = ChannelCommunicator(channel, f"bench-{run_id}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S)
+    times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
+    for i in range(rounds_for(d) + 1):  # round 0 warms up connections, pools and the server
+        barrier.wait(BARRIER_TIMEOUT_S)
+        started = time.perf_counter()
+        comm.allreduce(x)
+        times["lib"].append((started, time.perf_counter()))
+
+        plan = raw_plan(raw, pattern, rank, world, d, f"rawbench/{run_id}/r{i}", payload)
+        barrier.wait(BARRIER_TIMEOUT_S)
+        started = time.perf_counter()
+        run_raw(raw, plan, barrier)
+        times["raw"].append((started, time.perf_counter()))
+        barrier.wait(BARRIER_TIMEOUT_S)
+        raw.delete_all(plan.written)  # untimed: keep the servers' memory flat
+    comm.finish()
+    return times
+
+
+def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
+    """One worker process: builds its own clients, then runs the measurements the parent sends."""
+    channels: dict[str, Channel] = {}
+    raws: dict[str, RawClient] = {}
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                break
+            kind, pattern, d, run_id = message
+            if kind not in channels:
+                spec = ChannelSpec(**specs[kind])
+                channels[kind], raws[kind] = open_channel(spec), RawClient(spec)
+            conn.send(("ok", measure(rank, world, channels[kind], raws[kind], barrier, pattern, d, run_id)))
+    except Exception:  # report to the parent instead of dying silently; the parent stops the run
+        conn.send(("error", traceback.format_exc()))
+        barrier.abort()
+    finally:
+        for channel in channels.values():
+            channel.close()
+        for raw in raws.values():
+            raw.close()
+
+
+class Workers:
+    """W worker processes (spawned, like fresh Lambda sandboxes) driven over pipes."""
+
+    def __init__(self, world: int, specs: dict[str, dict[str, Any]]) -> None:
+        ctx = mp.get_context("spawn")
+        self.world = world
+        self.barrier = ctx.Barrier(world)
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        for rank in range(world):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(rank, world, specs, child, self.barrier), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def run(self, kind: str, pattern: str, d: int) -> dict[str, list[float]]:
+        """Median-ready round times in ms: per round, last end minus first start over the ranks."""
+        run_id = uuid.uuid4().hex[:10]
+        for conn in self.conns:
+            conn.send((kind, pattern, d, run_id))
+        replies: dict[int, dict[str, list[tuple[float, float]]]] = {}
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while len(replies) < self.world:
+            waiting = [c for r, c in enumerate(self.conns) if r not in replies]
+            ready = mp_connection.wait(waiting, timeout=max(deadline - time.monotonic(), 0))
+            if not ready:
+                self.kill()
+                raise RuntimeError(f"workers did not answer within {RESULT_TIMEOUT_S:g}s")
+            for rank, conn in enumerate(self.conns):
+                if conn not in ready:
+                    continue
+                status, body = conn.recv()
+                if status != "ok":
+                    self.kill()  # the others may be blocked waiting for this one
+                    raise RuntimeError(f"worker {rank} failed:\n{body}")
+                replies[rank] = body
+        out: dict[str, list[float]] = {}
+        for mode in ("lib", "raw"):
+            per_round = zip(*(reply[mode] for reply in replies.values()), strict=True)
+            spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
+            out[mode] = spans[1:]  # drop the warm-up round
+        return out
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        self.procs = []
+
+    def close(self) -> None:
+        if not self.procs:
+            return
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+
+
+# ---- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    channel: str
+    world: int
+    d: int
+    pattern: str
+    round_ms: float | None
+    raw_ms: float | None
+    ratio: float | None  # median over rounds of round / the raw round run right after it
+    note: str = ""
+
+
+def fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(rows: list[Row]) -> None:
+    head = f"{'channel':<10} {'W':>2} {'d':>9} {'pattern':<15} {'round ms':>9} {'raw ms':>9} {'ratio':>6}  note"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r.channel:<10} {r.world:>2} {r.d:>9.0e} {r.pattern:<15} {fmt(r.round_ms):>9} "
+            f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6}  {r.note}"
+        )
+
+
+def print_speedups(rows: list[Row]) -> None:
+    print("\nScatterReduce speed-up over AllReduce (AllReduce ms / ScatterReduce ms):")
+    index = {(r.channel, r.world, r.d, r.pattern): r for r in rows}
+    for kind in dict.fromkeys(r.channel for r in rows):
+        cells = []
+        for world, d in sorted({(r.world, r.d) for r in rows if r.channel == kind}):
+            ar, sr = index.get((kind, world, d, "allreduce")), index.get((kind, world, d, "scatter_reduce"))
+            if ar and sr and ar.round_ms and sr.round_ms:
+                cells.append(f"W={world} d={d:.0e}: {ar.round_ms / sr.round_ms:.2f}x")
+        print(f"  {kind:<10} " + ", ".join(cells))
+
+
+def print_targets(rows: list[Row]) -> None:
+    print("\nTargets:")
+    index = {(r.channel, r.world, r.d, r.pattern): r for r in rows}
+    for kind in ("redis", "s3"):
+        sr = index.get((kind, 4, 10_000_000, "scatter_reduce"))
+        if sr and sr.ratio is not None:
+            verdict = "met" if sr.ratio <= 1.5 else "MISSED"
+            print(f"  ScatterReduce within 1.5x of raw at d=1e7, W=4 on {kind}: {sr.ratio:.2f}x ({verdict})")
+    for r in rows:
+        ar = index.get((r.channel, r.world, r.d, "allreduce"))
+        if r.pattern == "scatter_reduce" and r.d >= 1_000_000 and r.world >= 4 and ar and ar.round_ms and r.round_ms:
+            verdict = "faster" if r.round_ms < ar.round_ms else "NOT faster"
+            print(f"  {r.channel} W={r.world} d={r.d:.0e}: ScatterReduce {verdict} than AllReduce")
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "note"])
+        for r in rows:
+            out.writerow(
+                [
+                    r.channel,
+                    r.world,
+                    r.d,
+                    r.pattern,
+                    fmt(r.round_ms, ".2f"),
+                    fmt(r.raw_ms, ".2f"),
+                    fmt(r.ratio, ".3f"),
+                    r.note,
+                ]
+            )
+
+
+def measure_all(
+    specs: dict[str, dict[str, Any]],
+    kinds: list[str],
+    worlds: list[int],
+    sizes: list[int],
+    slow_cap: float,
+    started: float,
+) -> list[Row]:
+    """Every (W, channel, d, pattern), one group of W processes per W."""
+    rows: list[Row] = []
+    for world in worlds:
+        workers = Workers(world, specs)
+        try:
+            for kind in kinds:
+                for d in sizes:
+                    for pattern in PATTERNS:
+                        if kind == "dynamodb" and slow_cap and d > slow_cap:
+                            note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
+                            rows.append(Row(kind, world, d, pattern, None, None, None, note))
+                            continue
+                        t = workers.run(kind, pattern, d)
+                        ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
+                        row = Row(
+                            kind, world, d, pattern, statistics.median(t["lib"]), statistics.median(t["raw"]), ratio
+                        )
+                        rows.append(row)
+                        log.info(
+                            "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms; rounds %s, raw %s",
+                            time.monotonic() - started,
+                            kind,
+                            world,
+                            d,
+                            pattern,
+                            row.round_ms,
+                            row.raw_ms,
+                            [round(v, 1) for v in t["lib"]],
+                            [round(v, 1) for v in t["raw"]],
+                        )
+        finally:
+            workers.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="d up to 1e6 and W in {2, 4} (about 2 minutes)")
+    parser.add_argument("--channels", default=",".join(KINDS), help="comma-separated subset of " + ",".join(KINDS))
+    parser.add_argument("--workers", default=None, help="comma-separated W values (default 2,4,8; quick 2,4)")
+    parser.add_argument("--sizes", default=None, help="comma-separated d values (default 1e4,1e6,1e7; quick 1e4,1e6)")
+    parser.add_argument(
+        "--slow-cap",
+        type=float,
+        default=1e6,
+        help="largest d for DynamoDB on moto, whose 350 KB items make 1e7 take minutes (default 1e6; 0: no cap)",
+    )
+    parser.add_argument("--csv", type=Path, default=CSV_PATH)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log.setLevel(logging.INFO)  # progress lines on stderr while the table is built
+
+    kinds = [k for k in args.channels.split(",") if k]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown channels {unknown}; known: {', '.join(KINDS)}")
+    worlds = [int(w) for w in (args.workers or ("2,4" if args.quick else "2,4,8")).split(",")]
+    sizes = [int(float(d)) for d in (args.sizes or ("1e4,1e6" if args.quick else "1e4,1e6,1e7")).split(",")]
+
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        moto_svc = services.start_moto()  # S3 and DynamoDB, in one process
+        stack.callback(moto_svc.stop)
+        redis_svc = services.start_redis()
+        stack.callback(redis_svc.stop)
+        memcached_svc = services.start_memcached(memory_mb=4096)  # two rounds of W=8, d=1e7 fit without eviction
+        stack.callback(memcached_svc.stop)
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        specs = {
+            "s3": ChannelSpec(kind="s3", bucket=name, endpoint_url=moto_svc.url),
+            "dynamodb": ChannelSpec(kind="dynamodb", table=name, endpoint_url=moto_svc.url),
+            "redis": ChannelSpec(kind="redis", host="127.0.0.1", port=redis_svc.port),
+            "memcached": ChannelSpec(kind="memcached", host="127.0.0.1", port=memcached_svc.port),
+        }
+        for kind in kinds:
+            with open_channel(specs[kind]) as channel:
+                channel.ensure()
+        rows = measure_all({k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started)
+    rows.sort(key=lambda r: (kinds.index(r.channel), r.world, r.d, PATTERNS.index(r.pattern)))
+    print()
+    print_table(rows)
+    print_speedups(rows)
+    print_targets(rows)
+    write_csv(rows, args.csv)
+    print(f"\nwrote {args.csv} ({time.monotonic() - started:.0f}s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
