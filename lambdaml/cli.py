@@ -31,6 +31,7 @@ def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
     parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,8 +252,14 @@ def cmd_data(args: argparse.Namespace) -> int:
     inputs = [args.input] if isinstance(args.input, str) else list(args.input or [])
     if args.shards < 1:
         raise ConfigError("--shards must be at least 1")
+    bucket, endpoint_url, region = args.bucket, args.endpoint_url, args.region
+    if getattr(args, "stack", None):
+        from lambdaml.runtime import remote
+
+        stack = remote.resolve_stack(args.stack)
+        bucket, endpoint_url, region = stack.output("DataBucketName"), stack.endpoints.get("s3"), stack.region
     try:  # checked before a long load, so a typo fails at once
-        storage = StorageSpec(bucket=args.bucket, endpoint_url=args.endpoint_url, region=args.region)
+        storage = StorageSpec(bucket=bucket, endpoint_url=endpoint_url, region=region)
     except ValidationError as exc:
         raise ConfigError(
             "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors() if e["loc"])
@@ -304,7 +311,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     console.print(
         f"dataset {manifest.name} ({manifest.format}): {manifest.train_rows} training rows in {manifest.shards} "
         f"shards, {manifest.test_rows} test rows, {manifest.n_features} features, {manifest.n_classes} classes "
-        f"-> s3://{args.bucket}/datasets/{args.name}/"
+        f"-> s3://{storage.bucket}/datasets/{args.name}/"
     )
     return 0
 

@@ -56,6 +56,7 @@ class ChannelSpec(_Spec):
     host: str = "127.0.0.1"  # redis, memcached
     port: int | None = Field(None, ge=1, le=65535)
     max_item_bytes: int | None = Field(None, ge=1024)  # override the backend's item limit
+    tls: bool = False  # redis: ElastiCache with transit encryption speaks TLS only
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
 
     @model_validator(mode="after")

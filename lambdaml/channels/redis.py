@@ -58,6 +58,7 @@ class RedisChannel(Channel):
             socket_connect_timeout=spec.connect_timeout_s,
             socket_timeout=SOCKET_TIMEOUT_S,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), RECONNECT_RETRIES),
+            ssl=spec.tls,
         )
         return cls(client)
 

@@ -66,8 +66,8 @@ def _status(store: Channel, job_id: str) -> dict[str, Any]:
 
 def _set_status(store: Channel, job_id: str, state: str, **fields: Any) -> None:
     status = _status(store, job_id)
-    if status.get("state") in ("failed", "cancelled") and state == "succeeded":
-        return  # a failure already reported stands
+    if status.get("state") in ("failed", "cancelled") and state != "cancelled":
+        return  # the first ending reported stands; a cancel's stragglers time out into it
     status.update(fields, state=state, updated_at=time.time())
     put_json(store, keys.job_status(job_id), status)
 
@@ -88,11 +88,11 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
         store = open_storage(job.storage) if job else None
         if store is None or "job_id" not in event:
             raise ConfigError(f"'{action}' needs 'job' and 'job_id'")
-        if action == "cancel":
+        if action not in ("cancel", "status"):
+            raise ConfigError(f"unknown action {action!r}; known: start, cancel, status")
+        if action == "cancel" and _status(store, event["job_id"]).get("state") == "running":
             store.put(keys.job_cancel(event["job_id"]), b"1")
             _set_status(store, event["job_id"], "cancelled")
-        elif action != "status":
-            raise ConfigError(f"unknown action {action!r}; known: start, cancel, status")
         return _status(store, event["job_id"])
     except LambdaMLError as exc:
         return {"state": "rejected", "error": str(exc)}
@@ -170,6 +170,7 @@ def work(
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
         report = run_worker(job, job_id, rank, on_epoch=heartbeat, store=store, channel=channel, lifetime=lifetime)
     except JobCancelled:
+        _clear_channel(job, job_id, channel)
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)

@@ -82,6 +82,8 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
     elif kind in ("redis", "memcached") and "CacheEndpoint" in stack.outputs:
         host, _, port = stack.outputs["CacheEndpoint"].partition(":")
         channel.update(host=host, port=int(port) if port else None)
+        if kind == "redis" and not stack.endpoints:  # ElastiCache Redis in the template has transit encryption on
+            channel["tls"] = True
     elif kind == "memory":
         raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
     return parse_job(data, source)

@@ -205,3 +205,30 @@ def test_worker_that_never_comes_back_fails_the_job_within_the_timeout(
     assert "timed out after 3s" in status["error"]
     assert elapsed < 3 + 10, "no worker may spin past the timeout"
     assert {o["status"] for o in lam.outcomes} == {"failed"}
+
+
+def test_cancel_stops_a_running_job_and_leaves_its_status(
+    storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    job = make_job(spec, services, timeout_s=3)
+    job = job.model_copy(update={"algorithm": job.algorithm.model_copy(update={"epochs": 200})})
+    job_id = start(job, lam)
+    answer = lambda_handlers.coordinate(
+        {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")},
+        FakeContext("coordinator", 10**9),
+        invoker=lam,
+    )
+    assert answer["state"] == "cancelled"
+    lam.join(timeout=30)
+    assert get_json(store, keys.job_status(job_id))["state"] == "cancelled"
+    assert {o["status"] for o in lam.outcomes} <= {"cancelled", "failed"}
+    assert not store.get_many([keys.job_result(job_id)]), "a cancelled job has no result"
+    # Cancelling a finished job changes nothing.
+    again = lambda_handlers.coordinate(
+        {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")},
+        FakeContext("coordinator", 10**9),
+        invoker=lam,
+    )
+    assert again["state"] == "cancelled"
