@@ -228,6 +228,14 @@ def print_result(result: dict[str, Any]) -> None:
     if result.get("test_accuracy") is not None:
         console.print(f"test accuracy {result['test_accuracy']:.4f}  test loss {result['test_loss']:.5f}")
     console.print(f"job {result['job_id']} finished in {result['wall_time_s']:.1f}s; model at {result['model_uri']}")
+    cost = result.get("cost")
+    if cost:
+        lam, channel = cost["lambda"], cost["channel"]
+        console.print(
+            f"cost ${cost['total_dollars']:.6f}: Lambda {lam['invocations']} invocations, {lam['gb_seconds']:.2f} GB-s "
+            f"(${lam['dollars']:.6f}); {channel['kind']} {int(channel['requests'])} requests "
+            f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
+        )
     if "result_path" in result:
         console.print(f"result: {result['result_path']}")
 

@@ -15,6 +15,7 @@ from lambdaml import keys
 from lambdaml.backends import BACKENDS, JobEvent
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
+from lambdaml.cost import job_cost
 from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
 from lambdaml.errors import JobFailed
 from lambdaml.storage import open_storage, put_json
@@ -91,6 +92,9 @@ def assemble_result(
     checksums = {r["model_checksum"] for r in reports}
     epoch_times = _epoch_times(reports)
     curve = zip(lead["losses"], epoch_times, strict=True)
+    workers = [
+        {"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"], **_optional(r)} for r in reports
+    ]
     return {
         "job_id": job_id,
         "status": "succeeded",
@@ -104,15 +108,14 @@ def assemble_result(
         "loss_curve": [{"epoch": i + 1, "loss": loss, "elapsed_s": t} for i, (loss, t) in enumerate(curve)],
         "test_accuracy": lead.get("test_accuracy"),
         "test_loss": lead.get("test_loss"),
-        "workers": [
-            {"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"], **_async_stats(r)}
-            for r in reports
-        ],
+        "workers": workers,
+        "cost": job_cost(job.channel.kind, workers, wall_s, job.storage.region),
     }
 
 
-def _async_stats(report: dict[str, Any]) -> dict[str, Any]:
-    return {"async": report["async"]} if "async" in report else {}
+def _optional(report: dict[str, Any]) -> dict[str, Any]:
+    """ASP statistics and Lambda invocations, for the workers that have them."""
+    return {name: report[name] for name in ("async", "billed") if name in report}
 
 
 def _epoch_times(reports: list[dict[str, Any]]) -> list[float]:

@@ -147,6 +147,7 @@ def work(
     event: dict[str, Any], context: LambdaContext, *, invoker: Invoker | None = None, channel: Channel | None = None
 ) -> dict[str, Any]:
     """Train one rank for as long as this invocation lives."""
+    started = time.perf_counter()
     job = parse_job(event["job"], "job")
     job_id, rank, invocation = event["job_id"], int(event["rank"]), int(event.get("invocation", 1))
     store = open_storage(job.storage)
@@ -161,6 +162,8 @@ def work(
             raise JobCancelled(f"job {job_id} was cancelled")
 
     lifetime = Lifetime(
+        memory_mb=int(getattr(context, "memory_limit_in_mb", 0) or 0),
+        started=started,
         remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
         margin_s=job.runtime.margin_s,
         checkpoint_every=job.runtime.checkpoint_every,

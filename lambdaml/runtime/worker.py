@@ -14,7 +14,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,8 @@ class Lifetime:
     remaining_s: Callable[[], float]
     margin_s: float = 10.0
     checkpoint_every: int = 50
+    memory_mb: int = 0  # the invocation's memory size, for billed GB-seconds
+    started: float = field(default_factory=time.perf_counter)  # when the invocation began
 
 
 @dataclass
@@ -67,6 +69,7 @@ class _Position:
     elapsed: list[float] | None = None
     times: dict[str, float] | None = None
     traffic: dict[str, float] | None = None
+    billed: list[dict[str, float]] | None = None  # one entry per finished invocation
 
 
 def _save_checkpoint(store: Channel, job_id: str, rank: int, position: _Position, state: AlgorithmState) -> None:
@@ -151,7 +154,11 @@ def run_worker(
         traffic = dict(position.traffic or {})
         for name, value in comm.stats().items():
             traffic[name] = traffic.get(name, 0.0) + value
-        return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic)
+        billed = list(position.billed or [])
+        if lifetime is not None:
+            duration = time.perf_counter() - lifetime.started
+            billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb})
+        return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
     slowest_step = 0.0
     last_checkpoint = comm.round
@@ -214,4 +221,6 @@ def run_worker(
         "total_s": final.times["total_s"],
     }
     report["channel"] = final.traffic
+    if lifetime is not None:
+        report["billed"] = final.billed
     return report

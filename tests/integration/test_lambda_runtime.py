@@ -143,6 +143,7 @@ def test_long_job_continues_across_invocations_to_the_same_model(
     spec, store = storage
     lam = invoker()
     lam.calls_per_invocation = 4  # each invocation "runs out of time" after 3 steps; 30 steps need 10
+    began = time.monotonic()
     job_id = start(make_job(spec, services), lam)
     lam.join()
 
@@ -150,6 +151,13 @@ def test_long_job_continues_across_invocations_to_the_same_model(
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     assert min(result["invocations"]) >= 3
     np.testing.assert_array_equal(model(store, job_id), uninterrupted)
+    # Cost: every invocation billed at the context's 1,024 MB, and the channel's requests.
+    cost = result["cost"]
+    assert cost["lambda"]["invocations"] == sum(result["invocations"])
+    busy = sum(w["total_s"] for w in result["workers"])  # time inside the training loop
+    assert busy <= cost["lambda"]["gb_seconds"] <= WORKERS * (time.monotonic() - began)
+    assert cost["channel"]["requests"] == sum(w["channel"]["requests"] for w in result["workers"])
+    assert cost["total_dollars"] > cost["lambda"]["dollars"] > 0
 
 
 def test_worker_killed_mid_round_resumes_from_its_checkpoint(

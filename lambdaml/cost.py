@@ -1,0 +1,77 @@
+"""What a job cost: Lambda GB-seconds and requests, channel requests, cache node-hours.
+
+Prices come from the price table shipped with the analytic model
+(``analytic_model/prices.json``, with its source and date). The usage figures are exact
+counts from the run; the dollars are only as current as that table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from lambdaml.errors import ConfigError
+
+KB = 1024
+
+
+@cache
+def price_table() -> dict[str, Any]:
+    table: dict[str, Any] = json.loads(resources.files("analytic_model").joinpath("prices.json").read_text())
+    return table
+
+
+def prices(region: str) -> dict[str, Any]:
+    try:
+        region_prices: dict[str, Any] = price_table()["regions"][region]
+    except KeyError:
+        known = ", ".join(sorted(price_table()["regions"]))
+        raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
+    return region_prices
+
+
+def lambda_cost(invocations: list[dict[str, float]], region: str) -> dict[str, float]:
+    """Billed GB-seconds (duration rounded up to 1 ms, times memory) and requests, in dollars."""
+    table = prices(region)["lambda"]
+    gb_s = sum(math.ceil(i["duration_s"] * 1000) / 1000 * i["memory_mb"] / KB for i in invocations)
+    dollars = gb_s * table["gb_second_x86"] + len(invocations) * table["request"]
+    return {"invocations": len(invocations), "gb_seconds": gb_s, "dollars": dollars}
+
+
+def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: str) -> dict[str, float]:
+    """Requests on the channel in dollars; a cache is billed per node-hour for the job's time."""
+    table = prices(region)
+    if kind == "s3":
+        put_like = traffic.get("puts", 0) + traffic.get("lists", 0) + traffic.get("deletes", 0)
+        dollars = put_like * table["s3"]["put_like_request"] + traffic.get("gets", 0) * table["s3"]["get_like_request"]
+    elif kind == "dynamodb":
+        # One write unit per KB written, one (consistent) read unit per 4 KB read, at least one per request.
+        writes = max(traffic.get("bytes_sent", 0) / KB, traffic.get("puts", 0) + traffic.get("counters", 0))
+        reads = max(traffic.get("bytes_received", 0) / (4 * KB), traffic.get("gets", 0))
+        dollars = writes * table["dynamodb"]["write_request_unit"] + reads * table["dynamodb"]["read_request_unit"]
+    elif kind in ("redis", "memcached"):
+        dollars = wall_s / 3600 * table["elasticache"]["cache.t4g.small"]
+    else:
+        dollars = 0.0
+    return {"requests": traffic.get("requests", 0), "dollars": dollars}
+
+
+def job_cost(kind: str, workers: list[dict[str, Any]], wall_s: float, region: str) -> dict[str, Any]:
+    """The cost section of a result: per worker and in total."""
+    traffic: dict[str, float] = {}
+    for worker in workers:
+        for name, value in worker.get("channel", {}).items():
+            traffic[name] = traffic.get(name, 0.0) + value
+    invocations = [i for worker in workers for i in worker.get("billed", [])]
+    lam = lambda_cost(invocations, region) if invocations else {"invocations": 0, "gb_seconds": 0.0, "dollars": 0.0}
+    channel = channel_cost(kind, traffic, wall_s, region)
+    return {
+        "region": region,
+        "prices_checked": price_table().get("_checked"),
+        "lambda": lam,
+        "channel": {"kind": kind, **channel},
+        "total_dollars": lam["dollars"] + channel["dollars"],
+    }

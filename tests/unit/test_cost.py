@@ -1,0 +1,50 @@
+"""Cost accounting: billed GB-seconds, request prices and cache hours from the price table."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdaml.cost import channel_cost, job_cost, lambda_cost, price_table
+from lambdaml.errors import ConfigError
+
+
+def test_price_table_names_its_source_and_date() -> None:
+    table = price_table()
+    assert "aws.amazon.com/lambda/pricing" in table["_source"]
+    assert table["_checked"]
+
+
+def test_lambda_bills_duration_rounded_up_to_the_millisecond_times_memory() -> None:
+    cost = lambda_cost([{"duration_s": 1.0001, "memory_mb": 2048}, {"duration_s": 0.5, "memory_mb": 1024}], "us-east-1")
+    assert cost["gb_seconds"] == pytest.approx(1.001 * 2 + 0.5)
+    assert cost["dollars"] == pytest.approx(2.502 * 0.0000166667 + 2 * 0.0000002)
+
+
+def test_s3_requests_priced_by_class() -> None:
+    traffic = {"puts": 1000, "gets": 2000, "lists": 10, "deletes": 10, "requests": 3020}
+    cost = channel_cost("s3", traffic, wall_s=5, region="us-east-1")
+    assert cost["dollars"] == pytest.approx(1020 * 0.000005 + 2000 * 0.0000004)
+
+
+def test_dynamodb_bills_a_unit_per_kilobyte_written() -> None:
+    traffic = {"puts": 10, "gets": 10, "bytes_sent": 100 * 1024, "bytes_received": 8 * 1024, "requests": 20}
+    cost = channel_cost("dynamodb", traffic, wall_s=1, region="us-east-1")
+    assert cost["dollars"] == pytest.approx(100 * 0.000000625 + 10 * 0.000000125)
+
+
+def test_a_cache_is_billed_per_node_hour_of_the_job() -> None:
+    assert channel_cost("redis", {}, wall_s=1800, region="us-east-1")["dollars"] == pytest.approx(0.016)
+
+
+def test_job_cost_adds_workers_up_and_rejects_unknown_regions() -> None:
+    workers = [
+        {"channel": {"puts": 10, "gets": 10, "requests": 20}, "billed": [{"duration_s": 1, "memory_mb": 1024}]},
+        {"channel": {"puts": 5, "gets": 5, "requests": 10}, "billed": [{"duration_s": 2, "memory_mb": 1024}]},
+    ]
+    cost = job_cost("s3", workers, wall_s=3, region="us-east-1")
+    assert cost["lambda"]["invocations"] == 2
+    assert cost["lambda"]["gb_seconds"] == pytest.approx(3.0)
+    assert cost["channel"]["requests"] == 30
+    assert cost["total_dollars"] == pytest.approx(cost["lambda"]["dollars"] + cost["channel"]["dollars"])
+    with pytest.raises(ConfigError, match="no prices for region 'mars-1'; known: us-east-1"):
+        job_cost("s3", workers, wall_s=3, region="mars-1")
