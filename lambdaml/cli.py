@@ -126,6 +126,7 @@ def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, result
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lambdaml.runtime import remote
+    from lambdaml.runtime.job import save_result
 
     stack = remote.resolve_stack(stack_name)
     job = remote.bind(job_file, stack)
@@ -142,12 +143,7 @@ def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, result
             progress.update(task, completed=done, detail=detail)
 
         result = remote.watch(job, job_id, stack, on_progress=on_progress)
-    if results_dir is not None:
-        path = Path(results_dir) / f"{job_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1))
-        result["result_path"] = str(path)
-    return result
+    return save_result(result, results_dir)
 
 
 def cmd_local(args: argparse.Namespace) -> int:

@@ -57,12 +57,14 @@ def encode(array: np.ndarray) -> bytes:
         raise CodecError(f"dtype {arr.dtype} cannot be put on the wire")
     if arr.ndim > MAX_NDIM:
         raise CodecError(f"{arr.ndim} dimensions is more than the {MAX_NDIM} the format allows")
-    payload = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+    # One copy only: hash the array's own memory, then join header, shape and payload once.
+    contiguous = np.ascontiguousarray(arr, dtype=dtype)
+    payload = contiguous.reshape(-1).view(np.uint8).data if contiguous.size else memoryview(b"")
     shape = struct.pack(f"<{arr.ndim}Q", *arr.shape)
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), 0, 0)
     crc = zlib.crc32(payload, zlib.crc32(shape, zlib.crc32(head)))
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), crc, 0)
-    return head + shape + payload
+    return b"".join((head, shape, payload))
 
 
 def decode(

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lambdaml.channels import Channel, open_channel
+from lambdaml.config import StorageSpec
 from lambdaml.local import services as local
+from lambdaml.storage import open_storage
 from tests.helpers import CHANNEL_KINDS, Services, channel_spec, unique_name
 
 
@@ -83,3 +85,12 @@ def channel(request: pytest.FixtureRequest, prefix: str) -> Iterator[Channel]:
         with contextlib.suppress(Exception):  # best effort: the test's verdict is already in
             chan.clear(prefix)
         chan.close()
+
+
+@pytest.fixture(scope="module")
+def data_store(services: Services) -> tuple[StorageSpec, Channel]:
+    """A fresh data bucket on moto for one test module: its spec and the store."""
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    return spec, store

@@ -61,8 +61,13 @@ def run_job(
     wall_s = time.perf_counter() - started
     result = assemble_result(job, job_id, manifest, reports, wall_s=wall_s, started_at=started_at)
     put_json(store, keys.job_result(job_id), result)
+    return save_result(result, results_dir)
+
+
+def save_result(result: dict[str, Any], results_dir: str | Path | None) -> dict[str, Any]:
+    """Write the result record to ``results_dir/<job id>.json`` (if given) and note where."""
     if results_dir is not None:
-        path = Path(results_dir) / f"{job_id}.json"
+        path = Path(results_dir) / f"{result['job_id']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
         result["result_path"] = str(path)

@@ -12,18 +12,14 @@ from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.runtime.job import run_job
-from lambdaml.storage import open_storage
-from tests.helpers import Services, channel_spec, unique_name
+from tests.helpers import Services, channel_spec
 
 WORKERS = 4
 
 
 @pytest.fixture(scope="module")
-def storage(services: Services) -> tuple[StorageSpec, Channel]:
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    return spec, store
+def storage(data_store: tuple[StorageSpec, Channel]) -> tuple[StorageSpec, Channel]:
+    return data_store
 
 
 def run(storage: StorageSpec, channel: Any, dataset: str, model: dict[str, Any], algorithm: dict[str, Any]) -> Any:
