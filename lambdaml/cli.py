@@ -228,7 +228,8 @@ def print_result(result: dict[str, Any]) -> None:
     if cost:
         lam, channel = cost["lambda"], cost["channel"]
         console.print(
-            f"cost ${cost['total_dollars']:.6f}: Lambda {lam['invocations']} invocations, {lam['gb_seconds']:.2f} GB-s "
+            f"cost ${cost['total_dollars']:.6f}: Lambda {lam['invocations']} invocations "
+            f"({lam['cold_starts']} cold), {lam['gb_seconds']:.2f} GB-s "
             f"(${lam['dollars']:.6f}); {channel['kind']} {int(channel['requests'])} requests "
             f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
         )

@@ -38,7 +38,8 @@ def lambda_cost(invocations: list[dict[str, float]], region: str) -> dict[str, f
     table = prices(region)["lambda"]
     gb_s = sum(math.ceil(i["duration_s"] * 1000) / 1000 * i["memory_mb"] / KB for i in invocations)
     dollars = gb_s * table["gb_second_x86"] + len(invocations) * table["request"]
-    return {"invocations": len(invocations), "gb_seconds": gb_s, "dollars": dollars}
+    cold = sum(1 for i in invocations if i.get("cold"))
+    return {"invocations": len(invocations), "cold_starts": cold, "gb_seconds": gb_s, "dollars": dollars}
 
 
 def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: str) -> dict[str, float]:
@@ -66,7 +67,7 @@ def job_cost(kind: str, workers: list[dict[str, Any]], wall_s: float, region: st
         for name, value in worker.get("channel", {}).items():
             traffic[name] = traffic.get(name, 0.0) + value
     invocations = [i for worker in workers for i in worker.get("billed", [])]
-    lam = lambda_cost(invocations, region) if invocations else {"invocations": 0, "gb_seconds": 0.0, "dollars": 0.0}
+    lam = lambda_cost(invocations, region)
     channel = channel_cost(kind, traffic, wall_s, region)
     return {
         "region": region,

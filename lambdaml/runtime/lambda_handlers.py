@@ -28,6 +28,10 @@ from lambdaml.storage import get_json, open_storage, put_json
 
 log = logging.getLogger(__name__)
 
+# True until this process has served one worker invocation: Lambda reuses warm processes,
+# so the first invocation in a process is the cold start.
+_cold = True
+
 
 class LambdaContext(Protocol):
     """The part of Lambda's context object the runtime reads."""
@@ -147,7 +151,9 @@ def work(
     event: dict[str, Any], context: LambdaContext, *, invoker: Invoker | None = None, channel: Channel | None = None
 ) -> dict[str, Any]:
     """Train one rank for as long as this invocation lives."""
+    global _cold
     started = time.perf_counter()
+    cold, _cold = _cold, False
     job = parse_job(event["job"], "job")
     job_id, rank, invocation = event["job_id"], int(event["rank"]), int(event.get("invocation", 1))
     store = open_storage(job.storage)
@@ -162,6 +168,7 @@ def work(
             raise JobCancelled(f"job {job_id} was cancelled")
 
     lifetime = Lifetime(
+        cold=cold,
         memory_mb=int(getattr(context, "memory_limit_in_mb", 0) or 0),
         started=started,
         remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,

@@ -56,6 +56,7 @@ class Lifetime:
     margin_s: float = 10.0
     checkpoint_every: int = 50
     memory_mb: int = 0  # the invocation's memory size, for billed GB-seconds
+    cold: bool = False  # whether this invocation started a new execution environment
     started: float = field(default_factory=time.perf_counter)  # when the invocation began
 
 
@@ -157,7 +158,7 @@ def run_worker(
         billed = list(position.billed or [])
         if lifetime is not None:
             duration = time.perf_counter() - lifetime.started
-            billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb})
+            billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb, "cold": lifetime.cold})
         return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
     slowest_step = 0.0

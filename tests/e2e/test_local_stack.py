@@ -89,6 +89,9 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
     workers = [r for r in log if "WorkerFunction" in r["function"]]
     assert len(workers) >= 4 and all(r["status"] == "success" for r in workers)
     assert any(r["cold"] for r in workers)
+    # The result counts the same: one billed entry per worker invocation, cold starts marked.
+    assert result["cost"]["lambda"]["invocations"] == len(workers)
+    assert result["cost"]["lambda"]["cold_starts"] == sum(1 for r in workers if r["cold"])
 
 
 def test_status_reports_a_finished_job_and_rejects_an_unknown_one(

@@ -223,6 +223,7 @@ def test_cancel_stops_a_running_job_and_leaves_its_status(
     job = make_job(spec, services, timeout_s=3)
     job = job.model_copy(update={"algorithm": job.algorithm.model_copy(update={"epochs": 200})})
     job_id = start(job, lam)
+    store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=30)  # cancel a job that is training
     answer = lambda_handlers.coordinate(
         {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")},
         FakeContext("coordinator", 10**9),
@@ -240,3 +241,27 @@ def test_cancel_stops_a_running_job_and_leaves_its_status(
         invoker=lam,
     )
     assert again["state"] == "cancelled"
+
+
+def test_coordinator_resumes_a_worker_aws_gave_up_on_then_fails_the_job(
+    storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    lam.drop = lambda event: True  # record the invocations only
+    job = make_job(spec, services)
+    job_id = start(job, lam)
+    gave_up = {
+        "version": "1.0",
+        "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
+        "requestPayload": lambda_handlers.worker_event(job, job_id, 1, "worker", invocation=2),
+    }
+    answer = lambda_handlers.coordinate(gave_up, FakeContext("coordinator", 10**9), invoker=lam)
+    assert answer == {"job_id": job_id, "state": "running", "resumed_rank": 1}
+    assert lam.events[-1]["rank"] == 1 and lam.events[-1]["invocation"] == 3
+
+    last = {**gave_up, "requestPayload": {**gave_up["requestPayload"], "invocation": job.runtime.max_invocations}}
+    assert lambda_handlers.coordinate(last, FakeContext("coordinator", 10**9), invoker=lam)["state"] == "failed"
+    status = get_json(store, keys.job_status(job_id))
+    assert status["state"] == "failed"
+    assert "worker 1 kept failing" in status["error"]
