@@ -169,7 +169,15 @@ def run_worker(
         for step, rows in enumerate(batch_indices(order, spec.batch_size, steps)):
             if step < first_step:
                 continue
-            if lifetime is not None:
+            if lifetime is not None and state.asynchronous is not None:
+                # The update log's read cursor is not checkpointed yet: a continued ASP run
+                # would apply updates twice, so it stops with a clear error instead.
+                if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
+                    raise JobFailed(
+                        f"rank {rank} reached its Lambda deadline; ASP/SSP jobs cannot continue across "
+                        "invocations yet: use protocol bsp, fewer epochs, or a longer function timeout"
+                    )
+            elif lifetime is not None:
                 if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
                     _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
                     comm.finish(early=True)

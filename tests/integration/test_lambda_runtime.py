@@ -265,3 +265,16 @@ def test_coordinator_resumes_a_worker_aws_gave_up_on_then_fails_the_job(
     status = get_json(store, keys.job_status(job_id))
     assert status["state"] == "failed"
     assert "worker 1 kept failing" in status["error"]
+
+
+def test_asp_job_at_its_deadline_fails_clearly_instead_of_continuing(
+    storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    spec, store = storage
+    lam = invoker()
+    lam.calls_per_invocation = 4
+    job_id = start(make_job(spec, services, protocol="asp", timeout_s=5), lam)
+    lam.join(timeout=60)
+    status = get_json(store, keys.job_status(job_id))
+    assert status["state"] == "failed"
+    assert "ASP/SSP jobs cannot continue across invocations yet" in status["error"]
