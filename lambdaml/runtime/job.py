@@ -17,7 +17,7 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
 from lambdaml.cost import job_cost
 from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
-from lambdaml.errors import JobFailed
+from lambdaml.errors import JobFailed, LambdaMLError
 from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def run_job(
     try:
         reports = BACKENDS.get(backend)().run(job, job_id, on_event=on_event)
     except JobFailed:
-        _cleanup_channel(job, job_id)
+        clear_job_channel(job, job_id)
         raise
     wall_s = time.perf_counter() - started
     result = assemble_result(job, job_id, manifest, reports, wall_s=wall_s, started_at=started_at)
@@ -74,13 +74,16 @@ def save_result(result: dict[str, Any], results_dir: str | Path | None) -> dict[
     return result
 
 
-def _cleanup_channel(job: JobSpec, job_id: str) -> None:
-    """A failed job leaves nothing behind on the channel (best effort: it may be the cause)."""
+def clear_job_channel(job: JobSpec, job_id: str, channel: Channel | None = None) -> None:
+    """A failed or cancelled job leaves nothing behind on the channel (best effort: it may be the cause)."""
     try:
-        with open_channel(job.channel) as channel:
+        if channel is not None:
             channel.clear(keys.comm_prefix(job_id))
-    except Exception as exc:  # the job has already failed; report that, not this
-        log.warning("could not clean up the channel after job %s failed: %s", job_id, exc)
+            return
+        with open_channel(job.channel) as opened:
+            opened.clear(keys.comm_prefix(job_id))
+    except LambdaMLError as exc:  # the job has already failed; report that, not this
+        log.warning("could not clean up the channel after job %s ended: %s", job_id, exc)
 
 
 def assemble_result(

@@ -18,11 +18,11 @@ import time
 from typing import Any, Protocol
 
 from lambdaml import keys, settings
-from lambdaml.channels import Channel, open_channel
+from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, JobCancelled, JobFailed, KeyNotFound, LambdaMLError
-from lambdaml.runtime.job import assemble_result, new_job_id, preflight
+from lambdaml.runtime.job import assemble_result, clear_job_channel, new_job_id, preflight
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import get_json, open_storage, put_json
 
@@ -180,12 +180,12 @@ def work(
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
         report = run_worker(job, job_id, rank, on_epoch=heartbeat, store=store, channel=channel, lifetime=lifetime)
     except JobCancelled:
-        _clear_channel(job, job_id, channel)
+        clear_job_channel(job, job_id, channel)
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)
         _set_status(store, job_id, "failed", error=f"worker {rank}: {exc}")
-        _clear_channel(job, job_id, channel)
+        clear_job_channel(job, job_id, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
     if report["status"] == "continued":
         function = event.get("worker_function") or context.function_name
@@ -215,11 +215,3 @@ def _finish_job(job: JobSpec, job_id: str, store: Channel) -> None:
     result["invocations"] = [r.get("invocations", 1) for r in reports]
     put_json(store, keys.job_result(job_id), result)
     _set_status(store, job_id, "succeeded", finished_at=time.time())
-
-
-def _clear_channel(job: JobSpec, job_id: str, channel: Channel | None) -> None:
-    try:
-        target = channel or open_channel(job.channel)
-        target.clear(keys.comm_prefix(job_id))
-    except LambdaMLError as exc:  # the job already failed; that is what to report
-        log.warning("could not clean the channel of job %s: %s", job_id, exc)
