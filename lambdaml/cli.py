@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="run a training job from a job file")
     train.add_argument("job", help="job file (.yaml or .json)")
-    train.add_argument("--backend", default="local", help="where workers run (default: %(default)s)")
+    train.add_argument(
+        "--backend", default="local", help="where workers run: local (FaaS-like processes), iaas-local (torchrun)"
+    )
+    train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
     train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM)")
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
@@ -110,12 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lambdaml.config import load_job, read_job_file
+    from lambdaml.config import load_job, parse_job, read_job_file
 
     if args.stack:
-        result = train_on_stack(read_job_file(args.job), args.stack, job_id=args.job_id, results_dir=args.results_dir)
+        job_file = read_job_file(args.job)
+        if args.workers is not None and isinstance(job_file, dict):
+            job_file["workers"] = args.workers
+        result = train_on_stack(job_file, args.stack, job_id=args.job_id, results_dir=args.results_dir)
     else:
         job = load_job(args.job)
+        if args.workers is not None:
+            job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
         result = train_with_progress(job, backend=args.backend, job_id=args.job_id, results_dir=args.results_dir)
     print_result(result)
     return 0
@@ -225,7 +233,13 @@ def print_result(result: dict[str, Any]) -> None:
         console.print(f"test accuracy {result['test_accuracy']:.4f}  test loss {result['test_loss']:.5f}")
     console.print(f"job {result['job_id']} finished in {result['wall_time_s']:.1f}s; model at {result['model_uri']}")
     cost = result.get("cost")
-    if cost:
+    if cost and "ec2" in cost:
+        ec2 = cost["ec2"]
+        console.print(
+            f"cost ${cost['total_dollars']:.6f}: {ec2['instances']} x {ec2['instance_type']} for "
+            f"{ec2['seconds_billed']} s at ${ec2['dollars_per_hour']}/h; prices as of {cost['prices_checked']}"
+        )
+    elif cost:
         lam, channel = cost["lambda"], cost["channel"]
         console.print(
             f"cost ${cost['total_dollars']:.6f}: Lambda {lam['invocations']} invocations "

@@ -133,6 +133,22 @@ class RuntimeSpec(_Spec):
     max_invocations: int = Field(100, ge=1, le=100_000)  # continuations and resumes per worker
 
 
+class IaaSSpec(_Spec):
+    """The serverful cluster an IaaS run uses, and is billed as (EC2 on-demand, per second)."""
+
+    instance_type: str = "c5.large"
+
+    @field_validator("instance_type")
+    @classmethod
+    def _priced(cls, instance_type: str) -> str:
+        from lambdaml.cost import price_table
+
+        known = {name for region in price_table()["regions"].values() for name in region.get("ec2", {})}
+        if instance_type not in known:
+            raise ValueError(f"no price for instance type {instance_type!r}; known: {', '.join(sorted(known))}")
+        return instance_type
+
+
 class JobSpec(_Spec):
     """A whole training job, as written in a job file."""
 
@@ -145,6 +161,7 @@ class JobSpec(_Spec):
     algorithm: AlgorithmSpec = AlgorithmSpec()
     sync: SyncSpec = SyncSpec()
     runtime: RuntimeSpec = RuntimeSpec()
+    iaas: IaaSSpec = IaaSSpec()
 
     @field_validator("name")
     @classmethod

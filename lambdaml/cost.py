@@ -76,3 +76,28 @@ def job_cost(kind: str, workers: list[dict[str, Any]], wall_s: float, region: st
         "channel": {"kind": kind, **channel},
         "total_dollars": lam["dollars"] + channel["dollars"],
     }
+
+
+EC2_MINIMUM_BILLED_S = 60  # per-second billing, with a one-minute minimum per instance
+
+
+def ec2_cost(instance_type: str, instances: int, wall_s: float, region: str) -> dict[str, Any]:
+    """The cost section of an IaaS run: ``instances`` on-demand instances for the run's wall time."""
+    table = prices(region)["ec2"]
+    if instance_type not in table:
+        known = ", ".join(sorted(table))
+        raise ConfigError(f"no EC2 price for {instance_type!r} in {region}; known: {known}")
+    seconds = max(EC2_MINIMUM_BILLED_S, math.ceil(wall_s))
+    dollars = instances * seconds * table[instance_type] / 3600
+    return {
+        "region": region,
+        "prices_checked": price_table().get("_checked"),
+        "ec2": {
+            "instance_type": instance_type,
+            "instances": instances,
+            "seconds_billed": seconds,
+            "dollars_per_hour": table[instance_type],
+            "dollars": dollars,
+        },
+        "total_dollars": dollars,
+    }

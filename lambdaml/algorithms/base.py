@@ -29,6 +29,8 @@ class AlgorithmState(ABC):
 
     #: Whether the algorithm has an ASP/SSP form (consensus methods such as ADMM do not).
     supports_async: ClassVar[bool] = False
+    #: Whether every step sums gradients over workers (GA-SGD): DDP can then do it in backward.
+    reduces_gradients: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -76,7 +78,7 @@ class AlgorithmState(ABC):
     def _gradient(self, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Loss and gradient *sums* of a batch, timed as compute."""
         started = time.perf_counter()
-        if len(y):
+        if len(y) or self.model.gradients_summed_across_workers:
             loss, grad = self.model.loss_grad_sum(self.params, X, y)
         else:
             loss, grad = 0.0, np.zeros_like(self.params)

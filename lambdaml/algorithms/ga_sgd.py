@@ -20,6 +20,7 @@ class GASGD(AlgorithmState):
     """
 
     supports_async = True
+    reduces_gradients = True
 
     def step(self, X: Features, y: np.ndarray) -> None:
         if self.asynchronous is not None:
@@ -28,7 +29,11 @@ class GASGD(AlgorithmState):
             self.params += self.asynchronous.push_pull(self.params - before)
             return
         loss, grad = self._gradient(X, y)
-        reduced = self.comm.allreduce(np.concatenate([grad, np.array([len(y), loss], dtype=grad.dtype)]))
+        stats = np.array([len(y), loss], dtype=grad.dtype)
+        if self.model.gradients_summed_across_workers:  # DDP summed grad during backward
+            reduced = np.concatenate([grad, self.comm.allreduce(stats)])
+        else:
+            reduced = self.comm.allreduce(np.concatenate([grad, stats]))
         count, loss_sum = reduced[-2], reduced[-1]
         self._count += count
         self._loss_sum += loss_sum

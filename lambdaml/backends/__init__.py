@@ -7,5 +7,6 @@ from lambdaml.registry import Registry
 
 BACKENDS: Registry[type[Backend]] = Registry("backend")
 BACKENDS.register("local", "lambdaml.backends.local:LocalBackend")
+BACKENDS.register("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend")
 
 __all__ = ["BACKENDS", "Backend", "JobEvent"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lambdaml.config import JobSpec
+from lambdaml.cost import job_cost
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,15 @@ EventCallback = Callable[[JobEvent], None]
 
 
 class Backend(ABC):
+    """Where the workers of a job run; how they synchronize follows from it."""
+
+    #: Whether the workers synchronize through the job's channel (IaaS workers use gloo).
+    uses_channel: bool = True
+
     @abstractmethod
     def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
         """Run every rank to completion; return the reports in rank order or raise JobFailed."""
+
+    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+        """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
+        return job_cost(job.channel.kind, workers, wall_s, job.storage.region)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lambdaml.models.base import Model
 
 ReduceOp = Literal["sum", "mean"]
 
@@ -24,6 +27,7 @@ class Communicator(ABC):
         self.rank = rank
         self.world_size = world_size
         self.comm_s = 0.0
+        self.round = 0  # collectives issued so far (a checkpoint records it)
 
     @abstractmethod
     def _allreduce(self, x: np.ndarray) -> np.ndarray:
@@ -46,8 +50,19 @@ class Communicator(ABC):
             total = total / self.world_size
         return total
 
-    def finish(self) -> None:
-        """Called once when the worker's training ends; cleans up what it can."""
+    def attach_gradient_sync(self, model: Model) -> bool:
+        """Let the communicator sum gradients inside the model's backward pass (DDP).
+
+        True: ``model.loss_grad_sum`` now returns sums over every worker's batch, and the
+        algorithm reduces only its statistics. Channels cannot overlap with backward: False.
+        """
+        return False
+
+    def finish(self, *, early: bool = False) -> None:
+        """Called once when the worker's training ends; cleans up what it can.
+
+        ``early``: this invocation stops for a continuation (Lambda), the job goes on.
+        """
 
     def stats(self) -> dict[str, float]:
         return {}

@@ -24,6 +24,9 @@ class Model(ABC):
 
     #: Whether labels mean anything to the model (accuracy is reported only then).
     supervised: bool = True
+    #: True once a communicator sums gradients inside backward (DDP): ``loss_grad_sum``'s
+    #: gradient is then the sum over every worker's batch, and must run on empty batches too.
+    gradients_summed_across_workers: bool = False
 
     def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
         self.n_features = n_features

@@ -98,6 +98,22 @@ class TorchModel(Model):
             # A buffer (e.g. BatchNorm statistics) would be model state outside the flat vector.
             raise TypeError(f"{type(self).__name__}: a module with buffers cannot be trained through flat parameters")
         self._n_params = sum(p.numel() for p in self.module.parameters())
+        self._ddp: nn.Module | None = None
+        self._ddp_world = 1
+
+    def distribute(self) -> None:
+        """Wrap the module in DistributedDataParallel (the default process group must exist).
+
+        DDP reduces gradients bucket by bucket while backward still runs, overlapping
+        communication with compute. It averages over ranks; ``loss_grad_sum`` scales back
+        to the sum, so unequal batches reduce exactly as in the channel path.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        self._ddp = DistributedDataParallel(self.module)
+        self._ddp_world = dist.get_world_size()
+        self.gradients_summed_across_workers = True
 
     @classmethod
     def build(cls, spec: ModelSpec, manifest: Manifest) -> Model:
@@ -146,18 +162,27 @@ class TorchModel(Model):
 
     def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
         X = require_dense(X, type(self).__name__)
-        if len(y) == 0:
+        if len(y) == 0 and self._ddp is None:
             return 0.0, np.zeros_like(params)
         self._load(params)
         module = self.module
         module.train()
         for p in module.parameters():
             p.grad = None
-        loss = F.cross_entropy(module(self._inputs(X)), self._targets(y), reduction="sum")
+        forward = self._ddp or module
+        if len(y):
+            loss = F.cross_entropy(forward(self._inputs(X)), self._targets(y), reduction="sum")
+        else:
+            # DDP's reduction happens in backward, which every rank must join: a zero-weighted
+            # dummy row contributes nothing but takes part.
+            dummy = torch.zeros((1, *self.sample_shape))
+            loss = F.cross_entropy(forward(dummy), torch.zeros(1, dtype=torch.int64), reduction="sum") * 0.0
         loss.backward()
         grad = parameters_to_vector(
             [p.grad if p.grad is not None else torch.zeros_like(p) for p in module.parameters()]
         )
+        if self._ddp_world > 1:
+            grad *= self._ddp_world
         return float(loss.item()), grad.numpy().astype(params.dtype, copy=False)
 
     def predict(self, params: np.ndarray, X: Features) -> np.ndarray:

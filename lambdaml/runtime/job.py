@@ -22,20 +22,24 @@ from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
 
+#: Prices a run from its job, per-worker records and wall time (``Backend.cost``).
+CostFunction = Callable[[JobSpec, list[dict[str, Any]], float], dict[str, Any]]
+
 
 def new_job_id(name: str) -> str:
     return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def preflight(job: JobSpec) -> tuple[Channel, Manifest]:
+def preflight(job: JobSpec, *, check_channel: bool = True) -> tuple[Channel, Manifest]:
     """Fail fast, with one line, on what would otherwise fail inside every worker."""
     store = open_storage(job.storage)
     manifest = read_manifest(store, job.dataset)
     shards_of_worker(manifest, 0, job.workers)
-    channel = open_channel(job.channel)
-    channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
-    channel.ping()
-    channel.close()
+    if check_channel:
+        channel = open_channel(job.channel)
+        channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
+        channel.ping()
+        channel.close()
     return store, manifest
 
 
@@ -49,17 +53,21 @@ def run_job(
 ) -> dict[str, Any]:
     """Run a job to the end and return its result record (also written to S3 and disk)."""
     job_id = job_id or new_job_id(job.name)
-    store, manifest = preflight(job)
+    runner = BACKENDS.get(backend)()
+    store, manifest = preflight(job, check_channel=runner.uses_channel)
     put_json(store, keys.job_spec(job_id), job.model_dump(mode="json"))
     started_at = datetime.now(UTC).isoformat()
     started = time.perf_counter()
     try:
-        reports = BACKENDS.get(backend)().run(job, job_id, on_event=on_event)
+        reports = runner.run(job, job_id, on_event=on_event)
     except JobFailed:
-        clear_job_channel(job, job_id)
+        if runner.uses_channel:
+            clear_job_channel(job, job_id)
         raise
     wall_s = time.perf_counter() - started
-    result = assemble_result(job, job_id, manifest, reports, wall_s=wall_s, started_at=started_at)
+    result = assemble_result(
+        job, job_id, manifest, reports, wall_s=wall_s, started_at=started_at, backend=backend, cost=runner.cost
+    )
     put_json(store, keys.job_result(job_id), result)
     return save_result(result, results_dir)
 
@@ -94,8 +102,13 @@ def assemble_result(
     *,
     wall_s: float,
     started_at: str,
+    backend: str = "lambda",
+    cost: CostFunction | None = None,
 ) -> dict[str, Any]:
-    """The result record: where the model is, the loss curve, the per-worker breakdown."""
+    """The result record: where the model is, the loss curve, the per-worker breakdown.
+
+    ``cost`` prices the run (default: Lambda GB-seconds plus channel requests).
+    """
     lead = reports[0]
     checksums = {r["model_checksum"] for r in reports}
     epoch_times = _epoch_times(reports)
@@ -103,9 +116,14 @@ def assemble_result(
     workers = [
         {"rank": r["rank"], "rows": r["rows"], **r["times"], "channel": r["channel"], **_optional(r)} for r in reports
     ]
+    if cost is None:
+        priced = job_cost(job.channel.kind, workers, wall_s, job.storage.region)
+    else:
+        priced = cost(job, workers, wall_s)
     return {
         "job_id": job_id,
         "status": "succeeded",
+        "backend": backend,
         "started_at": started_at,
         "finished_at": datetime.now(UTC).isoformat(),
         "wall_time_s": wall_s,
@@ -117,8 +135,15 @@ def assemble_result(
         "test_accuracy": lead.get("test_accuracy"),
         "test_loss": lead.get("test_loss"),
         "workers": workers,
-        "cost": job_cost(job.channel.kind, workers, wall_s, job.storage.region),
+        "cost": priced,
     }
+
+
+def collect_reports(store: Channel, job: JobSpec, job_id: str) -> list[dict[str, Any]]:
+    """Every rank's report from the data bucket, in rank order (waiting up to the sync timeout)."""
+    report_keys = [keys.worker_report(job_id, r) for r in range(job.workers)]
+    found = store.wait_for(report_keys, job.sync.timeout_s)
+    return [json.loads(found[k]) for k in report_keys]
 
 
 def _optional(report: dict[str, Any]) -> dict[str, Any]:

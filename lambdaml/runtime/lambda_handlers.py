@@ -22,7 +22,7 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, JobCancelled, JobFailed, KeyNotFound, LambdaMLError
-from lambdaml.runtime.job import assemble_result, clear_job_channel, new_job_id, preflight
+from lambdaml.runtime.job import assemble_result, clear_job_channel, collect_reports, new_job_id, preflight
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import get_json, open_storage, put_json
 
@@ -199,9 +199,7 @@ def work(
 
 def _finish_job(job: JobSpec, job_id: str, store: Channel) -> None:
     """Rank 0 gathers every rank's report into the result record."""
-    report_keys = [keys.worker_report(job_id, r) for r in range(job.workers)]
-    found = store.wait_for(report_keys, job.sync.timeout_s)
-    reports = [json.loads(found[k]) for k in report_keys]
+    reports = collect_reports(store, job, job_id)
     status = _status(store, job_id)
     started = float(status.get("started_at", time.time()))
     result = assemble_result(

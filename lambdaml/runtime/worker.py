@@ -22,6 +22,7 @@ import numpy as np
 from lambdaml import codec, keys
 from lambdaml.algorithms import AlgorithmState, reify
 from lambdaml.channels import Channel, open_channel
+from lambdaml.comm.base import Communicator
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.config import JobSpec
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
@@ -101,12 +102,15 @@ def run_worker(
     *,
     on_epoch: EpochCallback | None = None,
     channel: Channel | None = None,
+    comm: Communicator | None = None,
     store: Channel | None = None,
     lifetime: Lifetime | None = None,
 ) -> dict[str, Any]:
     """Train one rank to the end (status "done") or to a checkpoint (status "continued").
 
-    With a ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
+    The workers synchronize through ``comm`` when given (torch.distributed on IaaS), else
+    through a channel communicator over ``channel`` or the job's channel. With a
+    ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
     """
     started = time.perf_counter()
     store = store or open_storage(job.storage)
@@ -123,20 +127,22 @@ def run_worker(
     before = position.times or dict.fromkeys(_TIME_KEYS, 0.0)
 
     model = MODELS.get(job.model.name).build(job.model, manifest)
-    channel = channel or open_channel(job.channel)
-    comm = ChannelCommunicator(
-        channel,
-        job_id,
-        rank,
-        job.workers,
-        pattern=job.sync.pattern,
-        timeout_s=job.sync.timeout_s,
-        first_round=position.round,
-        # A resumed rank replays the rounds since its last checkpoint: keep them readable.
-        extra_retention=job.runtime.checkpoint_every if lifetime is not None else 0,
-    )
+    if comm is None:
+        comm = ChannelCommunicator(
+            channel or open_channel(job.channel),
+            job_id,
+            rank,
+            job.workers,
+            pattern=job.sync.pattern,
+            timeout_s=job.sync.timeout_s,
+            first_round=position.round,
+            # A resumed rank replays the rounds since its last checkpoint: keep them readable.
+            extra_retention=job.runtime.checkpoint_every if lifetime is not None else 0,
+        )
     spec = job.algorithm
     state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
+    if state.reduces_gradients and state.asynchronous is None:
+        comm.attach_gradient_sync(model)
     if saved_state is None:
         state.on_start(X, y)
     else:

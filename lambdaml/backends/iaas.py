@@ -1,0 +1,134 @@
+"""IaaS on this machine: W worker processes started by ``torchrun``, synchronizing over gloo.
+
+The serverful baseline of the FaaS-versus-IaaS comparison: the same worker core, models
+and algorithms, with torch.distributed in place of a storage channel. The run is billed as
+W EC2 instances of the job's ``iaas.instance_type`` for its wall time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from lambdaml.backends.base import Backend, EventCallback, JobEvent
+from lambdaml.config import JobSpec
+from lambdaml.errors import ConfigError, JobFailed
+from lambdaml.runtime.iaas import cluster_cost
+from lambdaml.runtime.job import collect_reports
+from lambdaml.storage import open_storage
+
+log = logging.getLogger(__name__)
+
+_SILENCE_GRACE_S = 60.0  # on top of the sync timeout: torchrun and torch imports take a while
+_POLL_S = 0.05
+_ERROR_SETTLE_S = 2.0  # after a rank's error, how long to collect the others' before stopping
+
+
+def torchrun_command(job_id: str, workers: int, storage: Any, *, events: str | None = None) -> list[str]:
+    """``torchrun`` on one node with ``workers`` processes, each a ``lambdaml.runtime.iaas`` rank."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    command += ["--nproc-per-node", str(workers), "--module", "lambdaml.runtime.iaas"]
+    command += ["--job-id", job_id, "--bucket", storage.bucket, "--region", storage.region]
+    if storage.endpoint_url:
+        command += ["--endpoint-url", storage.endpoint_url]
+    if events:
+        command += ["--events", events]
+    return command
+
+
+class IaaSLocalBackend(Backend):
+    uses_channel = False
+
+    def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
+        if job.sync.protocol != "bsp":
+            raise ConfigError(
+                f"the iaas backends run protocol 'bsp' only (gloo collectives), not {job.sync.protocol!r}"
+            )
+        if importlib.util.find_spec("torch") is None:
+            raise ConfigError("the iaas-local backend needs torch: pip install 'lambdaml[torch]'")
+        env = {
+            **os.environ,
+            "GLOO_SOCKET_IFNAME": "lo",  # keep gloo on loopback, whatever the host's name resolves to
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "TORCHELASTIC_ERROR_FILE": "",
+        }
+        with tempfile.TemporaryDirectory(prefix="lambdaml-iaas-") as tmp:
+            events_dir = Path(tmp)
+            log_path = events_dir / "torchrun.log"
+            command = torchrun_command(job_id, job.workers, job.storage, events=tmp)
+            with log_path.open("wb") as log_file:
+                process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+                try:
+                    self._follow(job, process, events_dir, log_path, on_event)
+                finally:
+                    if process.poll() is None:
+                        process.terminate()
+                        try:
+                            process.wait(timeout=10)
+                        except subprocess.TimeoutExpired:
+                            process.kill()
+                            process.wait()
+        return collect_reports(open_storage(job.storage), job, job_id)
+
+    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+        return cluster_cost(job, workers, wall_s)
+
+    def _follow(
+        self,
+        job: JobSpec,
+        process: subprocess.Popen[bytes],
+        events_dir: Path,
+        log_path: Path,
+        on_event: EventCallback | None,
+    ) -> None:
+        """Relay the ranks' progress until torchrun exits; fail on the first rank's error."""
+        silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
+        last_heard = time.monotonic()
+        readers: dict[Path, IO[str]] = {}
+        done: set[int] = set()
+        errors: list[dict[str, Any]] = []
+        try:
+            while True:
+                exited = process.poll() is not None
+                for path in sorted(events_dir.glob("rank*.jsonl")):
+                    reader = readers.get(path) or readers.setdefault(path, path.open())
+                    for line in reader.readlines():
+                        last_heard = time.monotonic()
+                        event = json.loads(line)
+                        if event["kind"] == "error":
+                            errors.append(event)
+                        elif event["kind"] == "done":
+                            done.add(event["rank"])
+                        elif on_event is not None:
+                            on_event(JobEvent(event["rank"], event["epoch"], event["loss"], event["elapsed_s"]))
+                if exited:
+                    break
+                if errors and time.monotonic() - last_heard > _ERROR_SETTLE_S:
+                    break  # the other ranks have had time to report what they saw
+                if time.monotonic() - last_heard > silence_limit:
+                    raise JobFailed(f"no worker reported for {silence_limit:g}s; giving up")
+                time.sleep(_POLL_S)
+        finally:
+            for reader in readers.values():
+                reader.close()
+        if errors:
+            # One rank's failure makes its peers' collectives fail too: report the cause.
+            cause = next((e for e in errors if e.get("type") != "SyncTimeout"), errors[0])
+            raise JobFailed(f"worker {cause['rank']} failed: {cause['message']}")
+        if process.returncode != 0 or len(done) < job.workers:
+            raise JobFailed(f"torchrun exited with code {process.returncode}: {_last_line(log_path)}")
+
+
+def _last_line(path: Path) -> str:
+    """The last meaningful line torchrun or a worker printed, for the error message."""
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[-1][:500]

@@ -1,0 +1,118 @@
+"""One IaaS worker: a rank started by ``torchrun``, locally or on an EC2 cluster node.
+
+It reads the job record from the data bucket, joins the gloo group, trains with the same
+worker core as Lambda (``run_worker``) over a torch.distributed communicator, and writes
+its report to the bucket. On a cluster (``--assemble``) rank 0 then writes the result
+record, billed as the cluster's EC2 instances; locally the backend does that.
+
+Progress and errors also go, one JSON line each, to ``--events DIR/rank<R>.jsonl``, which
+the local backend follows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from lambdaml import keys
+from lambdaml.config import JobSpec, StorageSpec, parse_job
+from lambdaml.cost import ec2_cost
+from lambdaml.data.shards import read_manifest
+from lambdaml.errors import LambdaMLError
+from lambdaml.runtime.job import assemble_result, collect_reports
+from lambdaml.runtime.worker import run_worker
+from lambdaml.storage import get_json, open_storage, put_json
+
+log = logging.getLogger(__name__)
+
+
+def cluster_cost(job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """One instance per worker, for the run's wall time (the ``Backend.cost`` of IaaS)."""
+    return ec2_cost(job.iaas.instance_type, job.workers, wall_s, job.storage.region)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lambdaml.runtime.iaas", description=__doc__)
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--bucket", required=True, help="the data bucket holding jobs/<id>/spec.json")
+    parser.add_argument("--endpoint-url", default=None)
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--events", default=None, help="directory for per-rank JSON-lines progress")
+    parser.add_argument("--assemble", action="store_true", help="rank 0 writes the result record (clusters)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rank = int(os.environ.get("RANK", "-1"))  # torchrun's; known before the group forms
+    events = (Path(args.events) / f"rank{rank}.jsonl").open("a", buffering=1) if args.events else None
+    try:
+        from lambdaml.comm.torchdist import TorchDistCommunicator, init_process_group
+
+        store = open_storage(StorageSpec(bucket=args.bucket, endpoint_url=args.endpoint_url, region=args.region))
+        job = parse_job(get_json(store, keys.job_spec(args.job_id)), f"job {args.job_id}")
+        rank, world = init_process_group(job.sync.timeout_s)
+        if world != job.workers:
+            raise LambdaMLError(f"job {args.job_id} has {job.workers} workers but torchrun started {world}")
+        started_at, started = datetime.now(UTC).isoformat(), time.perf_counter()
+
+        def on_epoch(r: int, epoch: int, loss: float, elapsed: float) -> None:
+            _emit(events, {"kind": "epoch", "rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed})
+
+        comm = TorchDistCommunicator(rank, world)
+        report = run_worker(job, args.job_id, rank, comm=comm, store=store, on_epoch=on_epoch)
+        put_json(store, keys.worker_report(args.job_id, rank), report)
+        if args.assemble and rank == 0:
+            reports = collect_reports(store, job, args.job_id)
+            manifest = read_manifest(store, job.dataset)
+            wall_s = time.perf_counter() - started
+            result = assemble_result(
+                job,
+                args.job_id,
+                manifest,
+                reports,
+                wall_s=wall_s,
+                started_at=started_at,
+                backend="iaas",
+                cost=cluster_cost,
+            )
+            put_json(store, keys.job_result(args.job_id), result)
+        _emit(events, {"kind": "done", "rank": rank})
+    except LambdaMLError as exc:
+        _emit(events, {"kind": "error", "rank": rank, "type": type(exc).__name__, "message": str(exc)})
+        print(f"error: rank {rank}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: keep its type so it can be found; the traceback goes to the log
+        log.exception("rank %d crashed", rank)
+        _emit(events, {"kind": "error", "rank": rank, "type": "crash", "message": f"{type(exc).__name__}: {exc}"})
+        return 1
+    finally:
+        _leave_group()
+        if events is not None:
+            events.close()
+    return 0
+
+
+def _emit(events: IO[str] | None, record: dict[str, Any]) -> None:
+    if events is not None:
+        events.write(json.dumps(record) + "\n")
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
