@@ -59,7 +59,7 @@ $(SAM_STAMP): requirements-sam.txt
 
 template-check: sam-env
 	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
-	$(SAM_OFFLINE) $(SAM_VENV)/bin/cfn-lint template.yaml
+	$(SAM_OFFLINE) $(SAM_VENV)/bin/cfn-lint template.yaml infra/ec2/cluster.yaml
 
 # `sam build` without a container (manylinux wheels from PyPI); the torch image function has
 # no build metadata, so SAM skips it and no Docker is needed.

@@ -46,3 +46,37 @@ def client(
         kwargs["aws_access_key_id"] = settings.LOCAL_ACCESS_KEY
         kwargs["aws_secret_access_key"] = settings.LOCAL_SECRET_KEY
     return boto3.session.Session().client(service, **kwargs)
+
+
+def wait_for_stack(
+    cloudformation: Any, name: str, *, deleted: bool = False, timeout_s: float = 900.0
+) -> dict[str, str]:
+    """Wait, with backoff, until a stack is created (returns its outputs) or deleted.
+
+    A failed or rolled-back stack raises with CloudFormation's first reason.
+    """
+    import time
+
+    from botocore.exceptions import ClientError
+
+    from lambdaml.errors import LambdaMLError
+
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    while time.monotonic() < deadline:
+        try:
+            stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+        except ClientError as exc:
+            if deleted and "does not exist" in str(exc):
+                return {}
+            raise LambdaMLError(f"cannot read stack {name}: {exc}") from None
+        status = stack["StackStatus"]
+        if status == ("DELETE_COMPLETE" if deleted else "CREATE_COMPLETE"):
+            return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        if status.endswith("FAILED") or status.startswith("ROLLBACK"):
+            events = cloudformation.describe_stack_events(StackName=name)["StackEvents"]
+            reasons = [e.get("ResourceStatusReason") for e in events if e.get("ResourceStatusReason")]
+            raise LambdaMLError(f"stack {name}: {status}: {reasons[:1]}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 5.0)
+    raise LambdaMLError(f"stack {name} was not {'deleted' if deleted else 'created'} within {timeout_s:g}s")

@@ -57,6 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
     local_down = local_commands.add_parser("down", help="stop the local stack")
     local_down.add_argument("--name", default="local")
 
+    iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
+    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True)
+    launch = iaas_commands.add_parser("launch", help="start a cluster that runs a job with torchrun (infra/ec2)")
+    launch.add_argument("job", help="job file (.yaml or .json)")
+    launch.add_argument("--name", required=True, help="cluster (stack) name")
+    launch.add_argument("--workers", type=int, default=None, help="instances (default: the job's workers)")
+    launch.add_argument("--instance-type", default=None, help="default: the job's iaas.instance_type")
+    launch.add_argument("--job-id", default=None)
+    launch.add_argument("--image-id", default=None, help="default: the latest Amazon Linux 2023 AMI")
+    launch.add_argument("--vpc-id", default=None, help="default: the default VPC")
+    launch.add_argument("--subnet-id", default=None, help="default: the VPC's first subnet")
+    launch.add_argument("--package", default=None, help="lambdaml wheel to install (default: built from source)")
+    launch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the job's storage endpoint)")
+    terminate = iaas_commands.add_parser("terminate", help="delete a cluster and what its launch uploaded")
+    terminate.add_argument("name")
+
+    compare = commands.add_parser("compare", help="compare result files side by side (table and PNG)")
+    compare.add_argument("results", nargs="+", metavar="RESULT", help="result JSON files (from train)")
+    compare.add_argument("--plot", default="comparison.png", help="PNG to write (default: %(default)s)")
+
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
         command.add_argument("job_id")
@@ -98,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
-        handlers["local"] = cmd_local
+        handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
         handler = handlers[args.command]
         return handler(args)
     except LambdaMLError as exc:
@@ -249,6 +269,56 @@ def print_result(result: dict[str, Any]) -> None:
         )
     if "result_path" in result:
         console.print(f"result: {result['result_path']}")
+
+
+# --- iaas and compare --------------------------------------------------------------
+
+
+def cmd_iaas(args: argparse.Namespace) -> int:
+    from lambdaml.runtime import cluster
+
+    if args.iaas_command == "terminate":
+        gone = cluster.terminate(args.name)
+        console.print(f"cluster {gone.name} terminated ({gone.workers} x {gone.instance_type}, job {gone.job_id})")
+        return 0
+    from lambdaml.config import load_job, parse_job
+
+    job = load_job(args.job)
+    overrides: dict[str, Any] = {}
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    if args.instance_type is not None:
+        overrides["iaas"] = {"instance_type": args.instance_type}
+    if overrides:
+        job = parse_job({**job.model_dump(mode="json"), **overrides}, f"{args.job} with overrides")
+    launched, outputs = cluster.launch(
+        job,
+        name=args.name,
+        job_id=args.job_id,
+        image_id=args.image_id,
+        vpc_id=args.vpc_id,
+        subnet_id=args.subnet_id,
+        package=Path(args.package) if args.package else None,
+        endpoint_url=args.endpoint_url or job.storage.endpoint_url,
+    )
+    console.print(
+        f"cluster {launched.name}: {launched.workers} x {launched.instance_type}, head {outputs.get('HeadInstanceId')} "
+        f"({outputs.get('HeadPrivateIp')}); job {launched.job_id} writes "
+        f"s3://{launched.bucket}/jobs/{launched.job_id}/result.json when done. "
+        f"Stop paying with: lambdaml iaas terminate {launched.name}"
+    )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from lambdaml.compare import comparison_table, load_results, plot_comparison
+
+    results = load_results(args.results)
+    wide = Console(highlight=False, width=max(console.width, 150))  # never squeeze a run's name or figures
+    wide.print(comparison_table(results))
+    plot_comparison(results, args.plot)
+    console.print(f"plot: {args.plot}")
+    return 0
 
 
 # --- data -------------------------------------------------------------------------

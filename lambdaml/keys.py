@@ -85,6 +85,15 @@ def worker_report(job_id: str, rank: int) -> str:
     return job_prefix(job_id) + f"reports/p{rank:05d}.json"
 
 
+def iaas_prefix(job_id: str) -> str:
+    """What an EC2 cluster's nodes fetch at boot: the package wheel and the bootstrap script."""
+    return f"iaas/{check_name(job_id, 'job id')}/"
+
+
+def iaas_file(job_id: str, filename: str) -> str:
+    return iaas_prefix(job_id) + check_name(filename, "file name")
+
+
 # --- communication (on the channel) ------------------------------------------------
 
 

@@ -82,23 +82,6 @@ def _code_zip() -> bytes:
     return buffer.getvalue()
 
 
-def _wait_created(cloudformation: Any, name: str) -> dict[str, str]:
-    deadline = time.monotonic() + CREATE_TIMEOUT_S
-    delay = 0.1
-    while time.monotonic() < deadline:
-        stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
-        status = stack["StackStatus"]
-        if status == "CREATE_COMPLETE":
-            return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-        if status.endswith("FAILED") or status.startswith("ROLLBACK"):
-            events = cloudformation.describe_stack_events(StackName=name)["StackEvents"]
-            reasons = [e.get("ResourceStatusReason") for e in events if e.get("ResourceStatusReason")]
-            raise LambdaMLError(f"stack {name} failed on moto: {status}: {reasons[:1]}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
-    raise LambdaMLError(f"stack {name} was not created within {CREATE_TIMEOUT_S:g}s")
-
-
 def _resolve(value: Any, parameters: dict[str, Any]) -> Any:
     if isinstance(value, dict) and "Ref" in value:
         return parameters[value["Ref"]]
@@ -152,7 +135,7 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in LOCAL_PARAMETERS.items()],
         )
-        outputs = _wait_created(cloudformation, name)
+        outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
         extra: dict[str, str] = {}
         if cache in ("redis", "memcached"):
             server = services.start_redis if cache == "redis" else services.start_memcached

@@ -9,6 +9,7 @@ import pytest
 
 from lambdaml import codec, keys
 from lambdaml.channels import Channel
+from lambdaml.cli import main
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.data.builtin import load_builtin
@@ -51,7 +52,11 @@ def higgs(data_store: tuple[StorageSpec, Channel]) -> str:
 
 
 def test_ga_sgd_on_gloo_equals_the_faas_run(
-    services: Services, data_store: tuple[StorageSpec, Channel], higgs: str, tmp_path: Any
+    services: Services,
+    data_store: tuple[StorageSpec, Channel],
+    higgs: str,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     spec, store = data_store
     job = job_for(spec, services, higgs)
@@ -70,6 +75,15 @@ def test_ga_sgd_on_gloo_equals_the_faas_run(
     assert iaas["cost"]["total_dollars"] == pytest.approx(
         WORKERS * ec2["seconds_billed"] * ec2["dollars_per_hour"] / 3600
     )
+
+    # Side by side: a table with both runs and their ratios, and the loss/time/dollars plot.
+    plot = tmp_path / "compare.png"
+    assert main(["compare", faas["result_path"], iaas["result_path"], "--plot", str(plot)]) == 0
+    table = capsys.readouterr().out
+    assert "local redis W=4" in table and "iaas-local gloo W=4" in table
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["compare", str(tmp_path / "missing.json")]) == 1
+    assert "missing.json: no such result file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,111 @@
+"""Side-by-side comparison of finished runs: a table, and loss against time and dollars.
+
+Any result record works (local FaaS, Lambda, iaas-local, an EC2 cluster), so a FaaS run
+and its IaaS baseline read the same way. Ratios are against the first result given.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from lambdaml.errors import ConfigError
+
+_REQUIRED = ("job_id", "workers", "loss_curve", "wall_time_s", "cost", "spec")
+_BREAKDOWN = ("load_s", "compute_s", "communicate_s", "wait_s")
+
+
+def load_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Read result files; anything else is a one-line error naming the file."""
+    results = []
+    for path in map(Path, paths):
+        try:
+            result = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such result file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: not a JSON result file ({exc})") from None
+        missing = [k for k in _REQUIRED if not isinstance(result, dict) or k not in result]
+        if missing:
+            raise ConfigError(f"{path}: not a LambdaML result (missing {', '.join(missing)})")
+        if not result["loss_curve"]:
+            raise ConfigError(f"{path}: the result has an empty loss curve")
+        results.append(result)
+    return results
+
+
+def label(result: dict[str, Any]) -> str:
+    backend = result.get("backend", "lambda")
+    transport = "gloo" if backend.startswith("iaas") else result["spec"]["channel"]["kind"]
+    return f"{backend} {transport} W={len(result['workers'])}"
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """One row: wall time, per-epoch time, mean per-worker breakdown, cost, final loss."""
+    curve = result["loss_curve"]
+    times = [p["elapsed_s"] for p in curve]
+    per_epoch = [b - a for a, b in zip([0.0, *times[:-1]], times, strict=True)]
+    return {
+        "label": label(result),
+        "wall_s": result["wall_time_s"],
+        "epoch_s": statistics.mean(per_epoch),
+        **{k: statistics.mean(w[k] for w in result["workers"]) for k in _BREAKDOWN},
+        "dollars": result["cost"]["total_dollars"],
+        "loss": curve[-1]["loss"],
+        "accuracy": result.get("test_accuracy"),
+    }
+
+
+def comparison_table(results: Sequence[dict[str, Any]]) -> Table:
+    rows = [summary(r) for r in results]
+    base = rows[0]
+    table = Table(title=f"runs compared (ratios against {base['label']})", title_justify="left")
+    columns = ["run", "wall s", "s/epoch", "load", "compute", "comm", "wait", "$", "time x", "cost x", "loss", "acc"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for row in rows:
+        table.add_row(
+            row["label"],
+            f"{row['wall_s']:.1f}",
+            f"{row['epoch_s']:.2f}",
+            *(f"{row[k]:.2f}" for k in _BREAKDOWN),
+            f"{row['dollars']:.6f}",
+            f"{row['epoch_s'] / base['epoch_s']:.2f}",
+            f"{row['dollars'] / base['dollars']:.2f}" if base["dollars"] else "-",
+            f"{row['loss']:.5f}",
+            "-" if row["accuracy"] is None else f"{row['accuracy']:.4f}",
+        )
+    return table
+
+
+def plot_comparison(results: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Loss against wall time and against dollars; cost accrues evenly over a run's time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (by_time, by_cost) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for result in results:
+        curve = result["loss_curve"]
+        elapsed = [p["elapsed_s"] for p in curve]
+        losses = [p["loss"] for p in curve]
+        rate = result["cost"]["total_dollars"] / max(result["wall_time_s"], 1e-9)
+        by_time.plot(elapsed, losses, marker="o", label=label(result))
+        by_cost.plot([t * rate for t in elapsed], losses, marker="o", label=label(result))
+    by_time.set(xlabel="wall time (s)", ylabel="training loss", title="loss against time")
+    by_cost.set(xlabel="cost (US$)", ylabel="training loss", title="loss against dollars")
+    for axes in (by_time, by_cost):
+        axes.grid(alpha=0.3)
+    by_time.legend(fontsize="small")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
