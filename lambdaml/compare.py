@@ -48,13 +48,13 @@ def label(result: dict[str, Any]) -> str:
 def summary(result: dict[str, Any]) -> dict[str, Any]:
     """One row: wall time, per-epoch time, mean per-worker breakdown, cost, final loss."""
     curve = result["loss_curve"]
-    times = [p["elapsed_s"] for p in curve]
-    per_epoch = [b - a for a, b in zip([0.0, *times[:-1]], times, strict=True)]
+    breakdown = {k: statistics.mean(w[k] for w in result["workers"]) for k in _BREAKDOWN}
     return {
         "label": label(result),
         "wall_s": result["wall_time_s"],
-        "epoch_s": statistics.mean(per_epoch),
-        **{k: statistics.mean(w[k] for w in result["workers"]) for k in _BREAKDOWN},
+        # Training time per epoch: a worker's clock starts before it loads its shard.
+        "epoch_s": (curve[-1]["elapsed_s"] - breakdown["load_s"]) / len(curve),
+        **breakdown,
         "dollars": result["cost"]["total_dollars"],
         "loss": curve[-1]["loss"],
         "accuracy": result.get("test_accuracy"),

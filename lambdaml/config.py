@@ -131,6 +131,8 @@ class RuntimeSpec(_Spec):
     checkpoint_every: int = Field(50, ge=1, le=1_000_000)  # rounds between checkpoints
     margin_s: float = Field(10.0, ge=0, le=600)  # stop and continue this long before the deadline
     max_invocations: int = Field(100, ge=1, le=100_000)  # continuations and resumes per worker
+    # A local run is priced as Lambda would bill it at this memory (the template's WorkerMemoryMB).
+    memory_mb: int = Field(3008, ge=128, le=10_240)
 
 
 class IaaSSpec(_Spec):

@@ -12,6 +12,7 @@ from typing import Any
 from lambdaml.backends.base import Backend, EventCallback, JobEvent
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
+from lambdaml.cost import job_cost
 from lambdaml.errors import JobFailed, LambdaMLError
 from lambdaml.runtime.worker import run_worker
 
@@ -100,3 +101,11 @@ class LocalBackend(Backend):
             else:
                 reports[rank] = payload
         return [reports[r] for r in range(job.workers)]
+
+    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+        """Priced as Lambda would bill the same run: one invocation per worker for its whole time."""
+        as_lambda = [
+            {**w, "billed": [{"duration_s": w["total_s"], "memory_mb": job.runtime.memory_mb, "cold": True}]}
+            for w in workers
+        ]
+        return job_cost(job.channel.kind, as_lambda, wall_s, job.storage.region)

@@ -70,6 +70,10 @@ def test_ga_sgd_on_gloo_equals_the_faas_run(
     assert len(iaas["workers"]) == WORKERS
     steps = 13  # ceil(481 / 40) rounds per epoch, two epochs
     assert all(w["channel"]["requests"] == 2 * steps for w in iaas["workers"])
+    # The FaaS run is priced as Lambda bills it: each worker's time at the worker's memory.
+    lam = faas["cost"]["lambda"]
+    busy = sum(w["total_s"] for w in faas["workers"]) * job.runtime.memory_mb / 1024
+    assert lam["invocations"] == WORKERS and lam["gb_seconds"] == pytest.approx(busy, rel=1e-3)
     ec2 = iaas["cost"]["ec2"]
     assert ec2["instances"] == WORKERS and ec2["seconds_billed"] >= 60
     assert iaas["cost"]["total_dollars"] == pytest.approx(
