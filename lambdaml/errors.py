@@ -45,6 +45,10 @@ class ChannelUnavailable(ChannelError):
     """The channel's endpoint cannot be reached (refused, timed out, wrong credentials)."""
 
 
+class ChannelUnreachable(ChannelUnavailable):
+    """The endpoint did not answer (refused, reset, timed out): a restarting server comes back."""
+
+
 class TransientChannelError(ChannelError):
     """A failure worth retrying (throttling, a truncated body, a reset connection)."""
 

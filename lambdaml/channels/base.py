@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from lambdaml import keys as K
-from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout, TransientChannelError
+from lambdaml.errors import ChannelError, ChannelUnreachable, KeyNotFound, SyncTimeout, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
@@ -106,6 +106,7 @@ class Channel(ABC):
     max_item_bytes: int | None = None
     #: How many times a transient failure (throttling, truncated body) is retried.
     transient_retries: int = 4
+    reconnect_s: float = 5.0  # how long an endpoint may stay unreachable mid-job before the job fails
     #: Concurrent requests per channel for multi-key operations.
     concurrency: int = 32
 
@@ -182,17 +183,27 @@ class Channel(ABC):
         return list(self._pool.map(fn, items))
 
     def _retry(self, fn: Callable[..., R], *args: object) -> R:
+        """Retry transient errors a few times, and an unreachable endpoint for up to
+        ``reconnect_s`` (a restarting server), with exponential backoff from 10 ms."""
         delay = 0.01
-        for attempt in range(self.transient_retries + 1):
+        attempt = 0
+        outage_ends: float | None = None
+        while True:
             try:
                 return fn(*args)
             except TransientChannelError as exc:
                 if attempt == self.transient_retries:
                     raise ChannelError(f"{self.kind}: gave up after {attempt + 1} tries: {exc}") from None
+                attempt += 1
                 log.debug("transient %s error, retrying in %.3fs: %s", self.kind, delay, exc)
-                time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+            except ChannelUnreachable as exc:
+                now = time.monotonic()
+                outage_ends = outage_ends or now + self.reconnect_s
+                if now >= outage_ends:
+                    raise
+                log.info("%s unreachable, retrying in %.3fs: %s", self.kind, delay, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     # ---- the rich layer --------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from pymemcache.exceptions import (
 )
 
 from lambdaml.channels.base import Channel
-from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
@@ -96,7 +96,7 @@ class MemcachedChannel(Channel):
         except MemcacheError as exc:
             raise ChannelError(f"memcached {what} failed at {self.endpoint}: {exc}") from exc
         except (TimeoutError, OSError) as exc:  # refused, reset, unreachable, timed out
-            raise ChannelUnavailable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
+            raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
 
     def _put(self, key: str, data: bytes) -> None:
         stored = self._call(f"set {key}", self.client.set, key, data, noreply=False)
@@ -202,7 +202,7 @@ class MemcachedChannel(Channel):
                     if buffer.endswith(b"END\r\n") and (len(buffer) == 5 or buffer[-6:-5] == b"\n"):
                         break
         except (TimeoutError, OSError) as exc:
-            raise ChannelUnavailable(f"cannot reach memcached at {self.endpoint} to list keys: {exc}") from exc
+            raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint} to list keys: {exc}") from exc
         return bytes(buffer[:-5]).decode(errors="replace").splitlines()
 
     def ensure(self) -> None:

@@ -18,7 +18,7 @@ from redis.retry import Retry
 
 from lambdaml import settings
 from lambdaml.channels.base import Channel
-from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
@@ -74,7 +74,7 @@ class RedisChannel(Channel):
         except rx.AuthenticationError as exc:
             raise ChannelUnavailable(f"redis at {self.endpoint} refused the password: {exc}") from exc
         except (rx.ConnectionError, rx.TimeoutError) as exc:
-            raise ChannelUnavailable(f"cannot reach redis at {self.endpoint}: {exc}") from exc
+            raise ChannelUnreachable(f"cannot reach redis at {self.endpoint}: {exc}") from exc
         except rx.RedisError as exc:
             raise ChannelError(f"redis {what} failed at {self.endpoint}: {exc}") from exc
 

@@ -25,7 +25,7 @@ from botocore.exceptions import (
 
 from lambdaml import aws
 from lambdaml.channels.base import Channel
-from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
+from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
@@ -78,11 +78,11 @@ def translate_botocore(exc: Exception, *, service: str, endpoint: str, what: str
     if isinstance(exc, _TRUNCATED_BODY):
         return TransientChannelError(f"{service} {what}: body truncated or corrupt ({type(exc).__name__})")
     if isinstance(exc, _UNREACHABLE):
-        return ChannelUnavailable(f"cannot reach {service} at {endpoint}: {type(exc).__name__}")
+        return ChannelUnreachable(f"cannot reach {service} at {endpoint}: {type(exc).__name__}")
     if isinstance(exc, NoCredentialsError):
         return ChannelUnavailable(f"no AWS credentials to call {service} at {endpoint}")
     if isinstance(exc, BotoCoreError | ConnectionError):
-        return ChannelUnavailable(f"cannot reach {service} at {endpoint}: {exc}")
+        return ChannelUnreachable(f"cannot reach {service} at {endpoint}: {exc}")
     return ChannelError(f"{service} {what} failed: {exc}")
 
 

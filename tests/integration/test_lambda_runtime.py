@@ -4,17 +4,13 @@ and a worker that never comes back fails the job clearly instead of hanging it."
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
 
-from lambdaml import codec, keys
+from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
@@ -22,69 +18,9 @@ from lambdaml.runtime import lambda_handlers
 from lambdaml.runtime.job import run_job
 from lambdaml.storage import get_json, open_storage
 from tests.helpers import Services, channel_spec, unique_name
+from tests.lambda_harness import FakeContext, invoker, model, start
 
 WORKERS = 3
-
-
-class FakeContext:
-    """Lambda's context with a budget counted in calls, so a run stops at a known step.
-
-    The worker asks for the remaining time before every step; ``die_at`` makes that call
-    raise instead, as if the process were killed between two rounds.
-    """
-
-    def __init__(self, name: str, calls: int, die_at: int | None = None) -> None:
-        self.function_name = name
-        self.aws_request_id = f"req-{next(_ids)}"
-        self.memory_limit_in_mb = 1024
-        self._calls = calls
-        self._made = 0
-        self._die_at = die_at
-
-    def get_remaining_time_in_millis(self) -> int:
-        self._made += 1
-        if self._made == self._die_at:
-            raise RuntimeError("killed mid-run")
-        return 900_000 if self._made < self._calls else 1
-
-
-_ids = itertools.count()
-
-
-@dataclass
-class ThreadInvoker:
-    """Runs asynchronous invocations on threads, with AWS's two retries of a crashed event."""
-
-    handlers: dict[str, Callable[..., dict[str, Any]]]
-    calls_per_invocation: int = 10**9
-    crash: Callable[[dict[str, Any]], int | None] = lambda event: None
-    drop: Callable[[dict[str, Any]], bool] = lambda event: False
-    threads: list[threading.Thread] = field(default_factory=list)
-    outcomes: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    def invoke_async(self, function: str, payload: dict[str, Any]) -> None:
-        self.events.append(payload)
-        if self.drop(payload):
-            return  # the invocation never runs: a worker that never comes back
-        thread = threading.Thread(target=self._run, args=(function, payload), daemon=True)
-        self.threads.append(thread)
-        thread.start()
-
-    def _run(self, function: str, payload: dict[str, Any]) -> None:
-        for _attempt in range(3):
-            try:
-                context = FakeContext(function, self.calls_per_invocation, self.crash(payload))
-                self.outcomes.append(self.handlers[function](payload, context, invoker=self))
-                return
-            except RuntimeError:
-                continue  # AWS retries an asynchronous event that failed
-
-    def join(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while any(t.is_alive() for t in self.threads):
-            assert time.monotonic() < deadline, "invocations still running"
-            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -112,29 +48,11 @@ def make_job(storage: StorageSpec, services: Services, **sync: Any) -> JobSpec:
     )
 
 
-def start(job: JobSpec, invoker: ThreadInvoker) -> str:
-    answer = lambda_handlers.coordinate(
-        {"action": "start", "job": job.model_dump(mode="json"), "worker_function": "worker"},
-        FakeContext("coordinator", 10**9),
-        invoker=invoker,
-    )
-    assert answer["state"] == "running", answer
-    return str(answer["job_id"])
-
-
-def model(store: Channel, job_id: str) -> np.ndarray:
-    return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(storage: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
     spec, store = storage
     result = run_job(make_job(spec, services), results_dir=None)
     return model(store, result["job_id"])
-
-
-def invoker() -> ThreadInvoker:
-    return ThreadInvoker({"worker": lambda_handlers.work, "coordinator": lambda_handlers.coordinate})
 
 
 def test_long_job_continues_across_invocations_to_the_same_model(

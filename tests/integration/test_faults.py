@@ -1,0 +1,314 @@
+"""Faults on the Lambda runtime: killed workers, restarted or stopped channel servers,
+stragglers, duplicate and out-of-order invocations. Every job either ends with the model a
+fault-free run gives or fails with a clear status within its timeout, and leaves no keys
+on its channel.
+
+The handlers run as Lambda runs them (``tests/lambda_harness.py``: AWS's two retries of a
+crashed asynchronous event included); the channels and servers are real.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lambdaml import keys
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
+from lambdaml.data import shards, synthetic
+from lambdaml.local import services as local_services
+from lambdaml.models import MODELS
+from lambdaml.models.linear import LogisticRegression
+from lambdaml.runtime import lambda_handlers
+from lambdaml.runtime.job import run_job
+from lambdaml.storage import get_json, open_storage
+from tests.helpers import Services, channel_spec, unique_name
+from tests.lambda_harness import ThreadInvoker, invoker, model, start
+
+pytestmark = pytest.mark.timeout(180)
+
+WORKERS = 3
+KINDS = ("redis", "memcached", "s3", "dynamodb")
+
+
+@pytest.fixture(scope="module")
+def storage(services: Services) -> tuple[StorageSpec, Channel]:
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    X, y, _ = synthetic.higgs_like(1200, seed=8)
+    shards.prepare(store, "faults", X, y, shards=WORKERS)
+    return spec, store
+
+
+def make_job(storage: StorageSpec, channel: ChannelSpec, *, model: str = "lr", **fields: Any) -> JobSpec:
+    algorithm = {"name": "ga_sgd", "epochs": 2, "batch_size": 40, "lr": 0.5, **fields.pop("algorithm", {})}
+    return parse_job(
+        {
+            "name": "fault",
+            "workers": WORKERS,
+            "dataset": "faults",
+            "storage": storage.model_dump(),
+            "channel": channel.model_dump(),
+            "model": {"name": model},
+            "algorithm": algorithm,
+            "sync": {"timeout_s": 20, **fields.pop("sync", {})},
+            "runtime": {"checkpoint_every": 4, "margin_s": 0, **fields.pop("runtime", {})},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def fault_free(storage: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
+    spec, store = storage
+    result = run_job(make_job(spec, channel_spec("redis", services)), results_dir=None)
+    return model(store, result["job_id"])
+
+
+def assert_no_keys_left(channel: ChannelSpec, job_id: str) -> None:
+    with open_channel(channel) as opened:
+        assert opened.list(keys.comm_prefix(job_id)) == [], "the job left keys on its channel"
+
+
+def kill_after(channel: Channel, requests: int, killed: list[int]) -> None:
+    """Make the channel's client die (as its process would) at its ``requests``-th request."""
+    count = 0
+    lock = threading.Lock()
+
+    def dying(call: Callable[..., Any]) -> Callable[..., Any]:
+        def request(*args: Any) -> Any:
+            nonlocal count
+            with lock:
+                count += 1
+                if count == requests:
+                    killed.append(count)
+                if count >= requests:
+                    raise RuntimeError(f"killed at request {requests}")
+            return call(*args)
+
+        return request
+
+    for name in ("_put", "_get", "_get_many", "_incr"):
+        setattr(channel, name, dying(getattr(channel, name)))
+
+
+def worker_with_channel(
+    spec: ChannelSpec, arm: Callable[[dict[str, Any], Channel], None] = lambda event, channel: None
+) -> Callable[..., dict[str, Any]]:
+    """The worker handler with a fresh channel client per attempt, which ``arm`` may sabotage."""
+
+    def work(event: dict[str, Any], context: Any, *, invoker: Any) -> dict[str, Any]:
+        channel = open_channel(spec)
+        arm(event, channel)
+        try:
+            return lambda_handlers.work(event, context, invoker=invoker, channel=channel)
+        finally:
+            channel.close()
+
+    return work
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
+    seed: int, storage: tuple[StorageSpec, Channel], services: Services, fault_free: np.ndarray
+) -> None:
+    rng = random.Random(seed)
+    kind = KINDS[seed % len(KINDS)]
+    spec, store = storage
+    channel = channel_spec(kind, services)
+    pattern = rng.choice(["allreduce", "scatter_reduce"])
+    job = make_job(spec, channel, sync={"pattern": pattern}, runtime={"checkpoint_every": rng.choice([2, 3, 5])})
+    victim, at = rng.randrange(WORKERS), rng.randrange(2, 40)
+    killed: list[int] = []
+
+    def arm(event: dict[str, Any], client: Channel) -> None:
+        if event["rank"] == victim and not killed:
+            kill_after(client, at, killed)
+
+    lam = invoker()
+    lam.handlers["worker"] = worker_with_channel(channel, arm)
+    lam.calls_per_invocation = rng.choice([10**9, 7])  # with or without continuations too
+    job_id = start(job, lam)
+    lam.join()
+
+    assert killed == [at], f"rank {victim} was to die at request {at}"
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), fault_free)
+    assert_no_keys_left(channel, job_id)
+
+
+@pytest.mark.parametrize("kind", ["redis", "s3"])
+def test_asp_job_with_a_killed_worker_ends_near_the_fault_free_loss_or_fails_clearly(
+    kind: str, storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    # A retried ASP worker starts over. It rejoins the update log only while the updates it
+    # needs are still there (not yet pruned) and it left no empty counter slot behind;
+    # otherwise the others' wait for the missing update times out: the job ends, never hangs.
+    spec, store = storage
+    channel = channel_spec(kind, services)
+    # Four epochs: ASP's run-to-run spread of the loss is about 0.5% there (1.5% after two).
+    job = make_job(spec, channel, algorithm={"epochs": 4}, sync={"protocol": "asp", "timeout_s": 3})
+    killed: list[int] = []
+
+    def arm(event: dict[str, Any], client: Channel) -> None:
+        if event["rank"] == 1 and not killed:
+            kill_after(client, 25, killed)
+
+    lam = invoker()
+    lam.handlers["worker"] = worker_with_channel(channel, arm)
+    began = time.monotonic()
+    job_id = start(job, lam)
+    lam.join(timeout=60)
+    assert killed == [25]
+    assert time.monotonic() - began < 30
+    status = get_json(store, keys.job_status(job_id))
+    if status["state"] == "succeeded":
+        fault_free = run_job(job, results_dir=None)
+        result = get_json(store, keys.job_result(job_id))
+        # No worse than 1% above a fault-free run (the restarted worker's extra steps may help).
+        assert result["test_loss"] <= 1.01 * fault_free["test_loss"]
+    else:
+        assert status["state"] == "failed" and "timed out after 3s" in status["error"]
+    assert_no_keys_left(channel, job_id)
+
+
+@pytest.mark.parametrize("kind", ["redis", "memcached"])
+def test_cache_restarted_mid_job_ends_clearly_within_the_timeout(
+    kind: str, storage: tuple[StorageSpec, Channel], fault_free: np.ndarray
+) -> None:
+    spec, store = storage
+    start_server = local_services.start_redis if kind == "redis" else local_services.start_memcached
+    server = start_server()
+    channel = ChannelSpec(kind=kind, port=server.port)  # type: ignore[arg-type]
+    job = make_job(spec, channel, algorithm={"epochs": 6}, sync={"timeout_s": 4})
+    lam = invoker()
+    began = time.monotonic()
+    try:
+        job_id = start(job, lam)
+        store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=60)  # mid-job: an epoch is done
+        server.stop()
+        server = start_server(port=server.port)
+        lam.join(timeout=60)
+        elapsed = time.monotonic() - began
+        status = get_json(store, keys.job_status(job_id))
+        assert status["state"] in ("succeeded", "failed")
+        if status["state"] == "failed":  # the restart lost the round's keys: the wait times out
+            assert "timed out after 4s" in status["error"] and kind in status["error"]
+        assert elapsed < 60
+        assert_no_keys_left(channel, job_id)
+    finally:
+        server.stop()
+
+
+def test_channel_s3_stopped_mid_job_fails_clearly_within_the_timeout(storage: tuple[StorageSpec, Channel]) -> None:
+    spec, store = storage
+    moto = local_services.start_moto()
+    channel = ChannelSpec(kind="s3", bucket=unique_name("comm"), endpoint_url=moto.url)
+    job = make_job(spec, channel, algorithm={"epochs": 20}, sync={"timeout_s": 4})
+    lam = invoker()
+    began = time.monotonic()
+    try:
+        job_id = start(job, lam)
+        store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=60)
+    finally:
+        moto.stop()
+    lam.join(timeout=90)
+    status = get_json(store, keys.job_status(job_id))
+    assert status["state"] == "failed"
+    assert "cannot reach s3 at " + moto.url in status["error"]
+    assert time.monotonic() - began < 90
+    assert {o["status"] for o in lam.outcomes} == {"failed"}
+
+
+# --- a straggler -------------------------------------------------------------------
+
+_slow = threading.local()
+STEP_S = 0.004  # every rank's compute per step; the straggler's is 5x
+
+
+class StragglerLR(LogisticRegression):
+    """LR whose steps take STEP_S, or 5 x STEP_S on the thread marked slow."""
+
+    name = "straggler_lr"
+
+    def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray) -> tuple[float, np.ndarray]:
+        time.sleep(STEP_S * (5 if getattr(_slow, "on", False) else 1))
+        return super().loss_grad_sum(params, X, y)
+
+
+if "straggler_lr" not in MODELS:
+    MODELS.register("straggler_lr", StragglerLR)
+
+
+@pytest.mark.parametrize("protocol", ["bsp", "asp"])
+def test_a_straggler_five_times_slower_holds_back_bsp_but_not_asp(
+    protocol: str, storage: tuple[StorageSpec, Channel], services: Services
+) -> None:
+    spec, store = storage
+    channel = channel_spec("redis", services)
+    job = make_job(spec, channel, model="straggler_lr", algorithm={"epochs": 3}, sync={"protocol": protocol})
+    lam = invoker()
+    work = worker_with_channel(channel)
+
+    def marked(event: dict[str, Any], context: Any, *, invoker: ThreadInvoker) -> dict[str, Any]:
+        _slow.on = event["rank"] == WORKERS - 1
+        return work(event, context, invoker=invoker)
+
+    lam.handlers["worker"] = marked
+    job_id = start(job, lam)
+    lam.join()
+    result = get_json(store, keys.job_result(job_id))
+    assert result["status"] == "succeeded"
+    losses = [p["loss"] for p in result["loss_curve"]]
+    assert losses[-1] < losses[0]
+    # When each rank finished its last epoch (ASP's final merge of updates comes after).
+    *fast, slow = (w["epoch_elapsed_s"][-1] for w in result["workers"])
+    if protocol == "bsp":  # everyone waits for the straggler every round
+        assert min(fast) > 0.7 * slow
+    else:  # the others run at their own pace
+        assert max(fast) < 0.5 * slow
+    assert_no_keys_left(channel, job_id)
+
+
+# --- duplicates, late and out of order ---------------------------------------------
+
+
+def test_out_of_order_and_late_duplicate_invocations_do_not_corrupt_the_model(
+    storage: tuple[StorageSpec, Channel], services: Services, fault_free: np.ndarray
+) -> None:
+    spec, store = storage
+    channel = channel_spec("memcached", services)
+    job = make_job(spec, channel)
+    lam = invoker()
+    lam.calls_per_invocation = 6  # continuations, so invocation numbers matter
+    held: list[dict[str, Any]] = []
+
+    def hold_first(event: dict[str, Any]) -> bool:
+        # Rank 2's first invocation is held back: its continuation event arrives first.
+        if event["rank"] == 2 and event["invocation"] == 1 and not held:
+            held.append(event)
+            return True
+        return False
+
+    lam.drop = hold_first
+    job_id = start(job, lam)
+    lam.drop = lambda event: False
+    lam.invoke_async("worker", {**held[0], "invocation": 2})
+    time.sleep(0.2)
+    lam.invoke_async("worker", held[0])  # the original, late
+    lam.join()
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), fault_free)
+
+    # A duplicate delivered after the job finished does nothing.
+    lam.invoke_async("worker", lambda_handlers.worker_event(job, job_id, 1, "worker"))
+    lam.join()
+    assert lam.outcomes[-1]["status"] == "skipped: job succeeded"
+    np.testing.assert_array_equal(model(store, job_id), fault_free)
+    assert_no_keys_left(channel, job_id)
