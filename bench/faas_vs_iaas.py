@@ -17,12 +17,12 @@ run time at Lambda and EC2 rates.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from common import RESULTS, report
 
 from lambdaml.compare import plot_comparison, summary
 from lambdaml.config import JobSpec, StorageSpec, parse_job
@@ -32,7 +32,6 @@ from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 
 log = logging.getLogger("bench.faas_vs_iaas")
-RESULTS = Path(__file__).resolve().parent / "results"
 WORKERS = 4
 
 
@@ -107,17 +106,9 @@ def main() -> None:
         for row in rows
     ]
     print(f"\nLR, {args.rows:,} rows, {WORKERS} workers, {args.epochs} epochs, batch {args.batch_size}/worker")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for line in table:
-        print("| " + " | ".join(line) + " |")
-    RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "faas_vs_iaas.csv").open("w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(header)
-        writer.writerows(table)
+    path = report("faas_vs_iaas", header, table)
     plot = plot_comparison(results, RESULTS / "faas_vs_iaas.png")
-    print(f"\nwrote {RESULTS / 'faas_vs_iaas.csv'} and {plot}")
+    print(f"\nwrote {path} and {plot}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from lambdaml.config import ChannelSpec
+import numpy as np
+
+from lambdaml.channels import Channel
+from lambdaml.config import ChannelSpec, JobSpec
+from lambdaml.data import shards
+from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
+from lambdaml.models.linear import LogisticRegression
 
 CHANNEL_KINDS = ["memory", "s3", "redis", "memcached", "dynamodb"]
 
@@ -43,3 +49,28 @@ def channel_spec(kind: str, services: Services | None, **overrides: Any) -> Chan
             raise ValueError(f"unknown channel kind {kind!r}; known: {', '.join(CHANNEL_KINDS)}")
     fields.update(overrides)
     return ChannelSpec(**fields)
+
+
+def single_process_sgd(store: Channel, manifest: shards.Manifest, job: JobSpec) -> np.ndarray:
+    """Mini-batch SGD in one process over the concatenation of what every worker takes each step."""
+    spec = job.algorithm
+    data = [shards.load_worker_data(store, manifest, r, job.workers) for r in range(job.workers)]
+    model = LogisticRegression(manifest.n_features, l2=job.model.l2)
+    params = model.init_params(spec.seed)
+    steps = steps_per_epoch(max(len(y) for _, y in data), spec.batch_size)
+    for epoch in range(spec.epochs):
+        batches = [
+            list(
+                batch_indices(
+                    epoch_order(len(y), epoch=epoch, rank=r, seed=spec.seed, shuffle=True), spec.batch_size, steps
+                )
+            )
+            for r, (_, y) in enumerate(data)
+        ]
+        for step in range(steps):
+            Xb = np.concatenate([X[batches[r][step]] for r, (X, _) in enumerate(data)])
+            yb = np.concatenate([y[batches[r][step]] for r, (_, y) in enumerate(data)])
+            if len(yb):
+                _, grad = model.loss_grad_sum(params, Xb, yb)
+                params -= spec.lr * (grad / len(yb) + model.regularizer_grad(params))
+    return params

@@ -18,7 +18,8 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.channels import Channel
-from lambdaml.config import JobSpec
+from lambdaml.config import JobSpec, StorageSpec
+from lambdaml.data import shards, synthetic
 from lambdaml.runtime import lambda_handlers
 
 
@@ -99,3 +100,10 @@ def start(job: JobSpec, invoker: ThreadInvoker) -> str:
 
 def model(store: Channel, job_id: str) -> np.ndarray:
     return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
+
+
+def prepare_dataset(data_store: tuple[StorageSpec, Channel], name: str, workers: int) -> tuple[StorageSpec, Channel]:
+    """The small Higgs-like dataset the runtime tests train on, in ``workers`` shards."""
+    X, y, _ = synthetic.higgs_like(1200, seed=8)
+    shards.prepare(data_store[1], name, X, y, shards=workers)
+    return data_store

@@ -147,8 +147,8 @@ def collect_reports(store: Channel, job: JobSpec, job_id: str) -> list[dict[str,
 
 
 def _optional(report: dict[str, Any]) -> dict[str, Any]:
-    """ASP statistics, Lambda invocations and epoch end times, for the workers that have them."""
-    return {name: report[name] for name in ("async", "billed", "epoch_elapsed_s") if name in report}
+    """ASP statistics, Lambda invocations, epoch end times and memory, for the workers that have them."""
+    return {name: report[name] for name in ("async", "billed", "epoch_elapsed_s", "memory") if name in report}
 
 
 def _epoch_times(reports: list[dict[str, Any]]) -> list[float]:

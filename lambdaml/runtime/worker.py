@@ -39,6 +39,13 @@ EpochCallback = Callable[[int, int, float, float], None]
 _TIME_KEYS = ("load_s", "compute_s", "comm_s", "wait_s", "total_s")
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def params_checksum(params: np.ndarray) -> str:
     """A short fingerprint of a model, to check that every rank ends with the same one."""
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
@@ -169,6 +176,7 @@ def run_worker(
 
     slowest_step = 0.0
     last_checkpoint = comm.round
+    rss_after_first_epoch = peak_rss_mb()
     for epoch in range(position.epoch, spec.epochs):
         order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
         first_step = position.step if epoch == position.epoch else 0
@@ -199,6 +207,8 @@ def run_worker(
             raise JobFailed(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
         losses.append(loss)
         elapsed.append(before["total_s"] + time.perf_counter() - started)
+        if epoch == position.epoch:
+            rss_after_first_epoch = peak_rss_mb()
         if on_epoch is not None:
             on_epoch(rank, epoch + 1, loss, elapsed[-1])
     state.finish()
@@ -212,6 +222,8 @@ def run_worker(
         "rows": len(y),
         "steps_per_epoch": steps,
         "invocations": position.invocations,
+        # Flat memory: the peak after this invocation's first epoch against the peak at the end.
+        "memory": {"peak_rss_after_first_epoch_mb": rss_after_first_epoch, "peak_rss_mb": peak_rss_mb()},
     }
     if state.asynchronous is not None:
         report["async"] = state.asynchronous.stats()

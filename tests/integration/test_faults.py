@@ -21,15 +21,14 @@ import pytest
 from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
-from lambdaml.data import shards, synthetic
 from lambdaml.local import services as local_services
 from lambdaml.models import MODELS
 from lambdaml.models.linear import LogisticRegression
 from lambdaml.runtime import lambda_handlers
 from lambdaml.runtime.job import run_job
-from lambdaml.storage import get_json, open_storage
+from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec, unique_name
-from tests.lambda_harness import ThreadInvoker, invoker, model, start
+from tests.lambda_harness import ThreadInvoker, invoker, model, prepare_dataset, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,13 +37,8 @@ KINDS = ("redis", "memcached", "s3", "dynamodb")
 
 
 @pytest.fixture(scope="module")
-def storage(services: Services) -> tuple[StorageSpec, Channel]:
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(1200, seed=8)
-    shards.prepare(store, "faults", X, y, shards=WORKERS)
-    return spec, store
+def storage(data_store: tuple[StorageSpec, Channel]) -> tuple[StorageSpec, Channel]:
+    return prepare_dataset(data_store, "faults", WORKERS)
 
 
 def make_job(storage: StorageSpec, channel: ChannelSpec, *, model: str = "lr", **fields: Any) -> JobSpec:

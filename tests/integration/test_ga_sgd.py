@@ -14,7 +14,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.models.linear import LogisticRegression
 from lambdaml.runtime.job import run_job
-from tests.helpers import Services, channel_spec
+from tests.helpers import Services, channel_spec, single_process_sgd
 
 WORKERS = 4
 
@@ -42,31 +42,6 @@ def make_job(storage: StorageSpec, channel: Any, dataset: str, **algorithm: Any)
 
 def load_model(store: Channel, job_id: str) -> np.ndarray:
     return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
-
-
-def single_process_sgd(store: Channel, manifest: shards.Manifest, job: JobSpec) -> np.ndarray:
-    """Mini-batch SGD in one process over the concatenation of what every worker takes each step."""
-    spec = job.algorithm
-    data = [shards.load_worker_data(store, manifest, r, WORKERS) for r in range(WORKERS)]
-    model = LogisticRegression(manifest.n_features, l2=job.model.l2)
-    params = model.init_params(spec.seed)
-    steps = steps_per_epoch(max(len(y) for _, y in data), spec.batch_size)
-    for epoch in range(spec.epochs):
-        batches = [
-            list(
-                batch_indices(
-                    epoch_order(len(y), epoch=epoch, rank=r, seed=spec.seed, shuffle=True), spec.batch_size, steps
-                )
-            )
-            for r, (_, y) in enumerate(data)
-        ]
-        for step in range(steps):
-            Xb = np.concatenate([X[batches[r][step]] for r, (X, _) in enumerate(data)])
-            yb = np.concatenate([y[batches[r][step]] for r, (_, y) in enumerate(data)])
-            if len(yb):
-                _, grad = model.loss_grad_sum(params, Xb, yb)
-                params -= spec.lr * (grad / len(yb) + model.regularizer_grad(params))
-    return params
 
 
 @pytest.fixture(scope="module")

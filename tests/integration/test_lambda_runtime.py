@@ -13,24 +13,18 @@ import pytest
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
-from lambdaml.data import shards, synthetic
 from lambdaml.runtime import lambda_handlers
 from lambdaml.runtime.job import run_job
-from lambdaml.storage import get_json, open_storage
-from tests.helpers import Services, channel_spec, unique_name
-from tests.lambda_harness import FakeContext, invoker, model, start
+from lambdaml.storage import get_json
+from tests.helpers import Services, channel_spec
+from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, start
 
 WORKERS = 3
 
 
 @pytest.fixture(scope="module")
-def storage(services: Services) -> tuple[StorageSpec, Channel]:
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(1200, seed=8)
-    shards.prepare(store, "lambda", X, y, shards=WORKERS)
-    return spec, store
+def storage(data_store: tuple[StorageSpec, Channel]) -> tuple[StorageSpec, Channel]:
+    return prepare_dataset(data_store, "lambda", WORKERS)
 
 
 def make_job(storage: StorageSpec, services: Services, **sync: Any) -> JobSpec:

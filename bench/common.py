@@ -1,0 +1,22 @@
+"""What the benchmarks share: printing a Markdown table and writing it as CSV."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def report(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Path:
+    """Print ``rows`` as a Markdown table (for the README) and write ``results/NAME.csv``."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.csv"
+    with path.open("w", newline="") as out:
+        csv.writer(out).writerows([header, *rows])
+    return path
