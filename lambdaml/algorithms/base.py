@@ -113,13 +113,17 @@ class AlgorithmState(ABC):
         """Everything a continued run needs to go on exactly where this one stopped."""
         optimizer = {f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()}
         epoch_stats = np.array([self._loss_sum, self._count])
-        return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer}
+        asynchronous = {} if self.asynchronous is None else self.asynchronous.state_dict()
+        asp = {f"asp.{k}": v for k, v in asynchronous.items()}
+        return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer, **asp}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.params = np.array(state["params"])
         self._loss_sum, self._count = (float(v) for v in state["epoch_stats"])
         prefix = "optimizer."
         self.optimizer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+        if self.asynchronous is not None:
+            self.asynchronous.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("asp.")})
 
 
 def reify(

@@ -174,8 +174,22 @@ def run_worker(
             billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb, "cold": lifetime.cold})
         return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
+    asynchronous = state.asynchronous
+    if asynchronous is not None and lifetime is not None:
+        asynchronous.resumable = True
+        asynchronous.log.replaying = True  # a retry without a checkpoint replays from the start
+
+    def progress() -> int:
+        """Rounds (BSP) or pushes (ASP/SSP) so far: what checkpoints are spaced by."""
+        return comm.round if asynchronous is None else asynchronous.log.pushed
+
+    def checkpoint(epoch: int, step: int) -> None:
+        _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
+        if asynchronous is not None:
+            asynchronous.checkpointed()
+
     slowest_step = 0.0
-    last_checkpoint = comm.round
+    last_checkpoint = progress()
     rss_after_first_epoch = peak_rss_mb()
     for epoch in range(position.epoch, spec.epochs):
         order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
@@ -183,22 +197,14 @@ def run_worker(
         for step, rows in enumerate(batch_indices(order, spec.batch_size, steps)):
             if step < first_step:
                 continue
-            if lifetime is not None and state.asynchronous is not None:
-                # The update log's read cursor is not checkpointed yet: a continued ASP run
-                # would apply updates twice, so it stops with a clear error instead.
+            if lifetime is not None:
                 if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
-                    raise JobFailed(
-                        f"rank {rank} reached its Lambda deadline; ASP/SSP jobs cannot continue across "
-                        "invocations yet: use protocol bsp, fewer epochs, or a longer function timeout"
-                    )
-            elif lifetime is not None:
-                if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
-                    _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
+                    checkpoint(epoch, step)
                     comm.finish(early=True)
                     return {"rank": rank, "status": "continued", "epoch": epoch, "step": step}
-                if comm.round - last_checkpoint >= lifetime.checkpoint_every:
-                    _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
-                    last_checkpoint = comm.round
+                if progress() - last_checkpoint >= lifetime.checkpoint_every:
+                    checkpoint(epoch, step)
+                    last_checkpoint = progress()
             step_started = time.perf_counter()
             state.step(X[rows], y[rows])
             slowest_step = max(slowest_step, time.perf_counter() - step_started)

@@ -1,24 +1,26 @@
 """ASP and SSP: workers push additive updates and merge whatever others have pushed.
 
-Every update is a write-once key, so no push is lost or applied twice:
-
-- on channels with an atomic counter (Redis, Memcached, DynamoDB, memory) a push takes
-  the next number of the job's version counter and writes its update under it; a reader
-  reads the counter and fetches exactly the numbers it has not applied;
-- on S3, which has no counter, each rank numbers its own updates (versioned keys) and a
-  reader probes the next numbers of every other rank.
+Every update is a write-once key numbered by its writer (rank r's n-th push), so no push
+is lost or applied twice, on any channel: a reader probes the next numbers of every other
+rank and applies only contiguous runs. (A shared atomic counter would find new updates
+in one read, but a writer that dies between taking a number and writing its update
+leaves a hole every reader waits on; per-writer numbers cannot have holes.)
 
 The merge after a push brings in the updates that were pushed while this worker computed
 its own, which is exactly the staleness its update saw; it is recorded per push. Under
 SSP a worker also waits until no other worker is more than ``staleness`` pushes behind it.
 Updates that every worker has read are deleted as the job goes, so storage stays bounded.
+
+On Lambda a worker checkpoints its read position with its model, and the published
+position (which bounds the deletion) is the checkpointed one, so a resumed worker finds
+every update it had not yet checkpointed. Its own pushes since the checkpoint are already
+in the log, applied by the others: it replays them instead of pushing again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from abc import ABC, abstractmethod
 
 import numpy as np
 
@@ -45,8 +47,11 @@ def decode_update(raw: bytes, what: str) -> tuple[int, np.ndarray]:
         raise CodecError(f"{what} is not an update") from None
 
 
-class UpdateLog(ABC):
-    """Where updates are written and how a reader finds the ones it has not applied."""
+class UpdateLog:
+    """Per-rank numbered updates: rank r's n-th push is ``asp_rank_update(job, r, n)``."""
+
+    #: How many next updates of each rank one probe asks for.
+    WINDOW = 4
 
     def __init__(self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float) -> None:
         self.channel = channel
@@ -56,92 +61,24 @@ class UpdateLog(ABC):
         self.timeout_s = timeout_s
         self.pushed = 0
         self.applied_from = [0] * world_size  # updates applied per writer (own ones included)
+        self.deleted_upto = [0] * world_size
+        self.replaying = False  # resumed: this rank's next numbers may already be written
 
-    @abstractmethod
-    def append(self, payload: bytes) -> None:
-        """Write one update."""
+    def append(self, payload: bytes) -> bytes | None:
+        """Write this rank's next update; when replaying one already written, return that instead."""
+        self.pushed += 1
+        key = keys.asp_rank_update(self.job_id, self.rank, self.pushed)
+        self.applied_from[self.rank] = self.pushed
+        if self.replaying:
+            written = self.channel.get_many([key]).get(key)
+            if written is not None:
+                return written
+            self.replaying = False
+        self.channel.put(key, payload)
+        return None
 
-    @abstractmethod
     def read_new(self) -> list[tuple[str, bytes]]:
         """Updates of other ranks not applied yet, each exactly once: (key, value) pairs."""
-
-    @abstractmethod
-    def cursor(self) -> np.ndarray:
-        """How far this worker has read, in the form ``prune`` takes."""
-
-    @abstractmethod
-    def prune(self, cursors: list[np.ndarray]) -> None:
-        """Delete updates every rank has read (rank 0 calls this)."""
-
-    @abstractmethod
-    def version(self) -> int:
-        """The job's version: how many updates all workers have pushed, as far as known here."""
-
-
-class CounterLog(UpdateLog):
-    """Updates numbered by the channel's atomic counter: one counter read finds all new ones."""
-
-    def __init__(self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float) -> None:
-        super().__init__(channel, job_id, rank, world_size, timeout_s)
-        self.counter = keys.counter_key(job_id, "asp-version")
-        self.read_upto = 0  # every version <= this has been applied
-        self.own_versions: set[int] = set()
-        self.deleted_upto = 0
-
-    def append(self, payload: bytes) -> None:
-        version = self.channel.incr(self.counter)
-        self.channel.put(keys.asp_version_update(self.job_id, version), payload)
-        self.own_versions.add(version)
-        self.pushed += 1
-        self.applied_from[self.rank] = self.pushed
-
-    def read_new(self) -> list[tuple[str, bytes]]:
-        latest = self.version()
-        wanted = [
-            keys.asp_version_update(self.job_id, v)
-            for v in range(self.read_upto + 1, latest + 1)
-            if v not in self.own_versions
-        ]
-        # A counted version is written right after its increment: wait for it, bounded.
-        found = self.channel.wait_for(wanted, self.timeout_s) if wanted else {}
-        updates = [(key, found[key]) for key in wanted]
-        for key, raw in updates:
-            writer, _ = decode_update(raw, key)
-            self.applied_from[writer] += 1
-        self.own_versions = {v for v in self.own_versions if v > latest}
-        self.read_upto = latest
-        return updates
-
-    def cursor(self) -> np.ndarray:
-        return np.array([self.read_upto], dtype=np.int64)
-
-    def prune(self, cursors: list[np.ndarray]) -> None:
-        horizon = min(int(c[0]) for c in cursors)
-        if horizon > self.deleted_upto:
-            stale = [keys.asp_version_update(self.job_id, v) for v in range(self.deleted_upto + 1, horizon + 1)]
-            self.channel.delete(stale)
-            self.deleted_upto = horizon
-
-    def version(self) -> int:
-        return self.channel.incr(self.counter, 0)
-
-
-class SequenceLog(UpdateLog):
-    """Per-rank numbered updates (versioned keys) for channels without a counter."""
-
-    #: How many next updates of each rank one probe asks for.
-    WINDOW = 4
-
-    def __init__(self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float) -> None:
-        super().__init__(channel, job_id, rank, world_size, timeout_s)
-        self.deleted_upto = [0] * world_size
-
-    def append(self, payload: bytes) -> None:
-        self.pushed += 1
-        self.channel.put(keys.asp_rank_update(self.job_id, self.rank, self.pushed), payload)
-        self.applied_from[self.rank] = self.pushed
-
-    def read_new(self) -> list[tuple[str, bytes]]:
         updates: list[tuple[str, bytes]] = []
         ranks = [r for r in range(self.world_size) if r != self.rank]
         while ranks:
@@ -163,9 +100,11 @@ class SequenceLog(UpdateLog):
         return updates
 
     def cursor(self) -> np.ndarray:
+        """How far this worker has read, per writer."""
         return np.array(self.applied_from, dtype=np.int64)
 
     def prune(self, cursors: list[np.ndarray]) -> None:
+        """Delete updates every rank has read (rank 0 calls this)."""
         stale = []
         for writer in range(self.world_size):
             horizon = min(int(c[writer]) for c in cursors)
@@ -176,6 +115,7 @@ class SequenceLog(UpdateLog):
             self.channel.delete(stale)
 
     def version(self) -> int:
+        """How many updates all workers have pushed, as far as known here."""
         return sum(self.applied_from)
 
 
@@ -185,17 +125,25 @@ class AsyncUpdates:
     def __init__(self, comm: ChannelCommunicator, *, staleness: int | None = None) -> None:
         self.comm = comm
         self.staleness = staleness
-        log_type = CounterLog if comm.channel.has_counter else SequenceLog
-        self.log: UpdateLog = log_type(comm.channel, comm.job_id, comm.rank, comm.world_size, comm.timeout_s)
+        self.log = UpdateLog(comm.channel, comm.job_id, comm.rank, comm.world_size, comm.timeout_s)
         self.staleness_seen: list[int] = []
         self.ssp_wait_s = 0.0
+        # Set on Lambda: publish the read position of the last checkpoint, not the live one,
+        # so that nothing a resumed worker will read again is deleted.
+        self.resumable = False
+        self._checkpointed_cursor = np.zeros(comm.world_size, dtype=np.int64)
 
     def push_pull(self, delta: np.ndarray) -> np.ndarray:
         """Publish this worker's update; return the sum of the other workers' new updates."""
         started = time.perf_counter()
         try:
-            self.log.append(encode_update(self.comm.rank, delta))
+            written = self.log.append(encode_update(self.comm.rank, delta))
             total, count = self._merge(delta)
+            if written is not None:  # replayed: the others applied the update written before
+                _, before = decode_update(written, f"rank {self.comm.rank}'s update {self.log.pushed}")
+                if before.shape != delta.shape:
+                    raise CodecError(f"rank {self.comm.rank}'s update {self.log.pushed} has the wrong shape")
+                total += before - delta
             self.staleness_seen.append(count)
             if self.staleness is not None:
                 total += self._wait_for_stragglers(delta)
@@ -235,7 +183,8 @@ class AsyncUpdates:
 
     def _housekeeping(self) -> None:
         channel, job = self.comm.channel, self.comm.job_id
-        channel.put(keys.asp_cursor(job, self.comm.rank), codec.encode(self.log.cursor()))
+        cursor = self._checkpointed_cursor if self.resumable else self.log.cursor()
+        channel.put(keys.asp_cursor(job, self.comm.rank), codec.encode(cursor))
         if self.comm.rank == 0:
             self.comm.in_background(self._prune)
 
@@ -270,6 +219,25 @@ class AsyncUpdates:
                 time.sleep(next(delays))
         finally:
             self.comm.comm_s += time.perf_counter() - started
+
+    def checkpointed(self) -> None:
+        """The worker saved a checkpoint: what it had read up to then may now be deleted."""
+        self._checkpointed_cursor = self.log.cursor()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            "pushed": np.array([self.log.pushed]),
+            "applied_from": self.log.cursor(),
+            "staleness_seen": np.array(self.staleness_seen, dtype=np.int64),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Resume at a checkpoint; the pushes made after it are replayed, not repeated."""
+        self.log.pushed = int(state["pushed"][0])
+        self.log.applied_from = [int(v) for v in state["applied_from"]]
+        self.staleness_seen = [int(v) for v in state["staleness_seen"]]
+        self._checkpointed_cursor = self.log.cursor()
+        self.log.replaying = True
 
     def stats(self) -> dict[str, float]:
         seen = np.array(self.staleness_seen or [0])

@@ -137,38 +137,51 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     assert_no_keys_left(channel, job_id)
 
 
-@pytest.mark.parametrize("kind", ["redis", "s3"])
-def test_asp_job_with_a_killed_worker_ends_near_the_fault_free_loss_or_fails_clearly(
-    kind: str, storage: tuple[StorageSpec, Channel], services: Services
+def asp_job(storage: StorageSpec, channel: ChannelSpec) -> JobSpec:
+    return make_job(storage, channel, algorithm={"epochs": 4, "lr": 0.1}, sync={"protocol": "asp"})
+
+
+@pytest.fixture(scope="module")
+def asp_fault_free(storage: tuple[StorageSpec, Channel], services: Services) -> tuple[float, float]:
+    """Two fault-free ASP runs on Lambda's handlers: their mean test loss and their spread
+    (ASP is not deterministic)."""
+    losses = []
+    for _ in range(2):
+        lam = invoker()
+        job_id = start(asp_job(storage[0], channel_spec("redis", services)), lam)
+        lam.join()
+        losses.append(get_json(storage[1], keys.job_result(job_id))["test_loss"])
+    return sum(losses) / 2, abs(losses[0] - losses[1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_asp_worker_killed_at_a_random_request_resumes_near_the_fault_free_loss(
+    seed: int, storage: tuple[StorageSpec, Channel], services: Services, asp_fault_free: tuple[float, float]
 ) -> None:
-    # A retried ASP worker starts over. It rejoins the update log only while the updates it
-    # needs are still there (not yet pruned) and it left no empty counter slot behind;
-    # otherwise the others' wait for the missing update times out: the job ends, never hangs.
+    # The retry resumes from the checkpoint and replays the pushes made since, so every
+    # update is applied once; ASP's result still depends on timing, as any two runs do.
+    rng = random.Random(100 + seed)
     spec, store = storage
-    channel = channel_spec(kind, services)
-    # Four epochs: ASP's run-to-run spread of the loss is about 0.5% there (1.5% after two).
-    job = make_job(spec, channel, algorithm={"epochs": 4}, sync={"protocol": "asp", "timeout_s": 3})
+    channel = channel_spec(("redis", "memcached")[seed % 2], services)
+    job = asp_job(spec, channel)
+    victim, at = rng.randrange(WORKERS), rng.randrange(5, 60)
     killed: list[int] = []
 
     def arm(event: dict[str, Any], client: Channel) -> None:
-        if event["rank"] == 1 and not killed:
-            kill_after(client, 25, killed)
+        if event["rank"] == victim and not killed:
+            kill_after(client, at, killed)
 
     lam = invoker()
     lam.handlers["worker"] = worker_with_channel(channel, arm)
-    began = time.monotonic()
     job_id = start(job, lam)
-    lam.join(timeout=60)
-    assert killed == [25]
-    assert time.monotonic() - began < 30
-    status = get_json(store, keys.job_status(job_id))
-    if status["state"] == "succeeded":
-        fault_free = run_job(job, results_dir=None)
-        result = get_json(store, keys.job_result(job_id))
-        # No worse than 1% above a fault-free run (the restarted worker's extra steps may help).
-        assert result["test_loss"] <= 1.01 * fault_free["test_loss"]
-    else:
-        assert status["state"] == "failed" and "timed out after 3s" in status["error"]
+    lam.join()
+    assert killed == [at]
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    result = get_json(store, keys.job_result(job_id))
+    mean, spread = asp_fault_free
+    assert abs(result["test_loss"] - mean) <= max(0.01 * mean, 2 * spread)
+    pushes = sum(w["async"]["pushes"] for w in result["workers"])
+    assert all(w["async"]["applied"] == pushes for w in result["workers"]), "an update was lost or doubled"
     assert_no_keys_left(channel, job_id)
 
 
