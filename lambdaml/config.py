@@ -238,7 +238,9 @@ def _format_errors(source: str, exc: ValidationError) -> str:
         secretive = "auth" in err["loc"][:2]
         if err["type"] == "extra_forbidden":
             message = "unknown field"
-        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict) and not secretive:
+        elif (
+            "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict) and not secretive
+        ):
             message += f" (got {brief(err['input'])})"
         parts.append(f"{field}: {message}")
     return f"{source}: " + "; ".join(parts)

@@ -11,6 +11,7 @@ import io
 import logging
 import pickle
 import zipfile
+import zlib
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,7 +111,8 @@ def _parse_libsvm(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
                 raise DataError(f"{path}:{lineno}: feature index {index} is too large")
             if not abs(value) <= FLOAT32_MAX:  # NaN fails this too
                 raise DataError(
-                    f"{path}:{lineno}: feature {index} has a non-finite value {brief(value_text)} (or beyond float32's range)"
+                    f"{path}:{lineno}: feature {index} has a non-finite value {brief(value_text)} "
+                    "(or beyond float32's range)"
                 )
             cols.append(index - 1)
             values.append(value)
@@ -197,6 +199,19 @@ def _read_lines(path: Path) -> list[str]:
 
 # --- NPZ --------------------------------------------------------------------------
 
+# What numpy and zipfile raise for a damaged archive: a cut or overwritten zip reaches zipfile's
+# unsupported-feature paths (NotImplementedError, RuntimeError for "encrypted") and zlib.
+_ARCHIVE_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    zipfile.BadZipFile,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+)
+
 
 def load_npz(path: str | Path) -> Loaded:
     """Read arrays ``X`` (rows first; images keep their shape as ``sample_shape``) and ``y``.
@@ -208,24 +223,25 @@ def load_npz(path: str | Path) -> Loaded:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise DataError(f"dataset file {str(path)!r} not found") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"cannot read {str(path)!r} as an .npz archive: {exc}") from None
+    except _ARCHIVE_ERRORS as exc:
+        raise DataError(f"cannot read {str(path)!r} as an .npz archive: {str(exc)[:200]}") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise DataError(f"{path} is a single .npy array; save an .npz with arrays X and y (np.savez)")
     with archive:
         missing = [name for name in ("X", "y") if name not in archive.files]
         if missing:
-            raise DataError(
-                f"{path} has no {' or '.join(missing)} array (it holds: {', '.join(archive.files) or 'none'})"
-            )
+            held = ", ".join(name[:40] for name in archive.files[:8]) or "none"
+            raise DataError(f"{path} has no {' or '.join(missing)} array (it holds: {held})")
         try:
             X, y = archive["X"], archive["y"]
-        except ValueError:
-            raise DataError(
-                f"{path} holds Python objects (object dtype), which need pickle; save numeric arrays"
-            ) from None
-        except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # a truncated or corrupt member
-            raise DataError(f"cannot read {str(path)!r}: {exc}") from None
+        except ValueError as exc:
+            if "allow_pickle" in str(exc):
+                raise DataError(
+                    f"{path} holds Python objects (object dtype), which need pickle; save numeric arrays"
+                ) from None
+            raise DataError(f"cannot read {str(path)!r}: {str(exc)[:200]}") from None
+        except _ARCHIVE_ERRORS as exc:  # a truncated, corrupt or encrypted member
+            raise DataError(f"cannot read {str(path)!r}: {str(exc)[:200]}") from None
     for name, array_ in (("X", X), ("y", y)):
         if array_.dtype.kind not in "biuf":
             raise DataError(f"{path}: {name} has dtype {array_.dtype}; it must be numeric")
