@@ -77,5 +77,9 @@ class JobFailed(LambdaMLError):
     """The job as a whole failed (a worker died, diverged, or timed out)."""
 
 
+class Diverged(JobFailed):
+    """Training produced NaN or infinity; the job stops before writing it anywhere."""
+
+
 class JobCancelled(LambdaMLError):
     """Someone cancelled the job."""
