@@ -227,6 +227,9 @@ class JobSpec(_Spec):
         return self.model_dump_json()
 
 
+_MAX_REPORTED = 6  # errors named in the one line; a file of a hundred typos says "and 94 more"
+
+
 def _format_errors(source: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -243,6 +246,8 @@ def _format_errors(source: str, exc: ValidationError) -> str:
         ):
             message += f" (got {brief(err['input'])})"
         parts.append(f"{field}: {message}")
+    if len(parts) > _MAX_REPORTED:
+        parts[_MAX_REPORTED:] = [f"and {len(parts) - _MAX_REPORTED} more"]
     return f"{source}: " + "; ".join(parts)
 
 

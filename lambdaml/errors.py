@@ -9,7 +9,7 @@ from __future__ import annotations
 import reprlib
 
 _BRIEF = reprlib.Repr()
-_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 2, 60, 60
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 1, 60, 60
 _BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxtuple = _BRIEF.maxset = 4
 
 
