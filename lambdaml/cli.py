@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LambdaMLError as exc:
         errors.print(f"error: {exc}", soft_wrap=True)
         return EXIT_ERROR
+    except MemoryError as exc:  # e.g. --rows far beyond this machine; numpy says how much it wanted
+        errors.print(f"error: not enough memory{': ' + str(exc) if str(exc) else ''}", soft_wrap=True)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         errors.print("interrupted")
         return 130
@@ -326,6 +329,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Load or generate a dataset, cut it into shards and upload them with a manifest."""
+    import numpy as np
     from pydantic import ValidationError
 
     from lambdaml.config import StorageSpec
@@ -339,8 +343,14 @@ def cmd_data(args: argparse.Namespace) -> int:
     sparse = bool(getattr(args, "sparse", False))
     n_features = getattr(args, "n_features", None)
     inputs = [args.input] if isinstance(args.input, str) else list(args.input or [])
+    from lambdaml import keys
+
+    # Every argument is checked before a long load and before S3 is contacted.
+    keys.check_name(args.name, "dataset name")
     if args.shards < 1:
         raise ConfigError("--shards must be at least 1")
+    if not 0 <= args.test_fraction < 1:  # NaN fails this too
+        raise ConfigError(f"--test-fraction must be in [0, 1), not {args.test_fraction}")
     bucket, endpoint_url, region = args.bucket, args.endpoint_url, args.region
     if getattr(args, "stack", None):
         from lambdaml.runtime import remote
@@ -353,8 +363,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         raise ConfigError(
             "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors() if e["loc"])
         ) from None
-    if n_features is not None and n_features < 1:
-        raise ConfigError("--n-features must be at least 1")
+    if n_features is not None and not 1 <= n_features <= np.iinfo(np.int32).max:
+        raise ConfigError(f"--n-features must be between 1 and {np.iinfo(np.int32).max} (CSR column indices are int32)")
     if args.format and not inputs:
         raise ConfigError("--format applies to --input files")
     fmt = args.synthetic or builtin or args.format or {".csv": "csv", ".npz": "npz"}.get(Path(inputs[0]).suffix.lower())
@@ -385,6 +395,7 @@ def cmd_data(args: argparse.Namespace) -> int:
             X, y = formats.load_csv(inputs[0], args.label_column)
         else:
             X, y = formats.load_libsvm(inputs[0], n_features, sparse=sparse)
+    shards.check_split(len(y), args.shards, args.test_fraction)
     store = open_storage(storage)
     store.ensure()
     manifest = shards.prepare(

@@ -28,6 +28,7 @@ _HEADER = struct.Struct("<4sBBBBQII")
 _BUNDLE_HEADER = struct.Struct("<4sBxxxII")
 _ENTRY = struct.Struct("<HxxxxxxQ")  # name length, tensor length
 MAX_NDIM = 8
+_MAX_BYTES = 2**63 - 1  # numpy's limit on an array's size in bytes
 
 _DTYPES: dict[int, np.dtype] = {
     1: np.dtype("<f4"),
@@ -97,9 +98,12 @@ def decode(
         raise CodecError(f"{what} is truncated or padded: {len(view)} bytes, header says {shape_end + length}")
     dims = struct.unpack_from(f"<{ndim}Q", view, _HEADER.size)
     item = _DTYPES[code]
-    count = 1
+    count = extent = 1
     for dim in dims:
         count *= dim
+        extent *= max(dim, 1)  # numpy refuses a shape whose non-zero dimensions overflow, even with a 0 among them
+    if extent * item.itemsize > _MAX_BYTES:
+        raise CodecError(f"{what} claims an impossible shape {dims}")
     if count * item.itemsize != length:
         raise CodecError(f"{what} shape {dims} does not match its {length} payload bytes")
     head = _HEADER.pack(magic, version, code, ndim, 0, length, 0, 0)
@@ -162,6 +166,8 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
     if crc != table_crc:
         raise CodecError(f"{what} is corrupt: entry table checksum mismatch")
     for name, tensor in entries:
+        if name in out:
+            raise CodecError(f"{what} has two entries named {name!r}")
         out[name] = decode(tensor, what=f"{what} entry {name!r}")
     if offset != len(view):
         raise CodecError(f"{what} has {len(view) - offset} unexpected trailing bytes")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lambdaml import keys
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ConfigError, brief
 from lambdaml.registry import Registry
 
 
@@ -45,6 +45,45 @@ class StorageSpec(_Spec):
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
 
 
+#: Keys that would hold a secret itself. A job file is stored with the job and copied into
+#: results, so it may say where a secret is kept (``auth``), never what it is.
+_SECRET_FIELDS = frozenset({"password", "passwd", "auth_token", "token", "secret", "credentials", "api_key"})
+
+
+def _refuse_literal_secrets(data: Any) -> Any:
+    if isinstance(data, dict):
+        found = sorted(str(k) for k in data if str(k).lower() in _SECRET_FIELDS)
+        if found:
+            raise ValueError(
+                f"{found[0]!r}: a secret never goes in the job file; say where it is kept with "
+                "auth: {secret_env: VARIABLE} or auth: {secret_id: SECRETS_MANAGER_ARN_OR_NAME}"
+            )
+    return data
+
+
+class AuthSpec(_Spec):
+    """Where a cache channel's credentials are kept (never the credentials themselves).
+
+    Exactly one source: ``secret_env`` names an environment variable, ``secret_id`` an AWS
+    Secrets Manager secret (name or ARN). The secret is the password, or a JSON object with
+    ``password`` (and optionally ``username``), as Secrets Manager generates it.
+    """
+
+    username: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[!-~]+$")  # no spaces
+    secret_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    secret_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/_+=.@:-]{1,2048}$")
+    endpoint_url: str | None = None  # Secrets Manager endpoint (moto locally); None: AWS
+    region: str | None = None  # None: the channel's region
+
+    _refuse = model_validator(mode="before")(_refuse_literal_secrets)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AuthSpec:
+        if (self.secret_env is None) == (self.secret_id is None):
+            raise ValueError("give exactly one of 'secret_env' and 'secret_id'")
+        return self
+
+
 class ChannelSpec(_Spec):
     """The storage channel workers synchronize through."""
 
@@ -57,7 +96,11 @@ class ChannelSpec(_Spec):
     port: int | None = Field(None, ge=1, le=65535)
     max_item_bytes: int | None = Field(None, ge=1024)  # override the backend's item limit
     tls: bool = False  # redis: ElastiCache with transit encryption speaks TLS only
+    tls_ca_file: str | None = Field(None, min_length=1)  # redis: a private CA's PEM (default: the system's CAs)
+    auth: AuthSpec | None = None  # redis AUTH, memcached's text-protocol authentication
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
+
+    _refuse = model_validator(mode="before")(_refuse_literal_secrets)
 
     @model_validator(mode="after")
     def _needs(self) -> ChannelSpec:
@@ -65,6 +108,10 @@ class ChannelSpec(_Spec):
             raise ValueError("an s3 channel needs 'bucket'")
         if self.kind == "dynamodb" and not self.table:
             raise ValueError("a dynamodb channel needs 'table'")
+        if self.auth is not None and self.kind not in ("redis", "memcached"):
+            raise ValueError(f"'auth' applies to redis and memcached channels, not {self.kind}")
+        if (self.tls or self.tls_ca_file) and self.kind != "redis":
+            raise ValueError(f"'tls' applies to redis channels, not {self.kind}")
         return self
 
 
@@ -72,7 +119,10 @@ class ModelSpec(_Spec):
     name: str = "lr"
     l2: float = Field(0.0, ge=0, le=1e6)
     k: int = Field(8, ge=1, le=100_000)  # kmeans: clusters
-    hidden: list[int] = Field(default_factory=lambda: [128], min_length=1, max_length=16)  # mlp: layer widths
+    # mlp: layer widths
+    hidden: list[Annotated[int, Field(ge=1, le=65_536)]] = Field(
+        default_factory=lambda: [128], min_length=1, max_length=16
+    )
     width: float = Field(1.0, gt=0, le=8)  # mobilenet, resnet18: channel multiplier (1.0 = the paper's)
 
     @field_validator("name")
@@ -196,16 +246,27 @@ class JobSpec(_Spec):
         return self.model_dump_json()
 
 
+_MAX_REPORTED = 6  # errors named in the one line; a file of a hundred typos says "and 94 more"
+
+
 def _format_errors(source: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode("ascii") or "(top level)"
+        if len(field) > 80:  # an unknown key can be as long as the file
+            field = f"{field[:60]}...{field[-12:]}"
         message = err["msg"].removeprefix("Value error, ")
+        # What was given helps, except under auth, where a mistyped secret may be the secret itself.
+        secretive = "auth" in err["loc"][:2]
         if err["type"] == "extra_forbidden":
             message = "unknown field"
-        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-            message += f" (got {err['input']!r})"
+        elif (
+            "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict) and not secretive
+        ):
+            message += f" (got {brief(err['input'])})"
         parts.append(f"{field}: {message}")
+    if len(parts) > _MAX_REPORTED:
+        parts[_MAX_REPORTED:] = [f"and {len(parts) - _MAX_REPORTED} more"]
     return f"{source}: " + "; ".join(parts)
 
 
@@ -233,13 +294,47 @@ def read_job_file(path: str | Path) -> Any:
         raise ConfigError(f"job file {str(path)!r} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read job file {str(path)!r}: {exc}") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if kind == "JSON":
+            return json.loads(text, object_pairs_hook=_unique_keys)
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python objects
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
-        raise ConfigError(f"{path}: not valid YAML ({where}{problem})") from None
+        raise ConfigError(f"{path}: not valid {kind} ({where}{problem})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid {kind} (nested too deeply)") from None
+    except ValueError as exc:  # a duplicate JSON key, an integer of more than 4,300 digits
+        problem = "an integer has more than 4300 digits" if "digits" in str(exc) else str(exc)
+        raise ConfigError(f"{path}: not valid {kind} ({problem})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json.loads would keep the last silently)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"duplicate key {key!r}")
+        data[key] = value
     return data
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"duplicate key {brief(key)}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)

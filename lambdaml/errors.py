@@ -6,6 +6,22 @@ channel boundary, so callers and the CLI only ever handle ``LambdaMLError``.
 
 from __future__ import annotations
 
+import reprlib
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 1, 60, 60
+_BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxtuple = _BRIEF.maxset = 4
+
+
+def brief(value: object) -> str:
+    """A bounded ``repr`` for error messages: a 5,000-character name or a nested bomb stays one short line."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        return _BRIEF.repr(value)
+    except ValueError:  # an int of more than 4,300 digits somewhere inside
+        return f"a {type(value).__name__}"
+
 
 class LambdaMLError(Exception):
     """Base of every error the platform raises on purpose; the CLI prints it as one line."""
@@ -63,6 +79,10 @@ class WorkerError(LambdaMLError):
 
 class JobFailed(LambdaMLError):
     """The job as a whole failed (a worker died, diverged, or timed out)."""
+
+
+class Diverged(JobFailed):
+    """Training produced NaN or infinity; the job stops before writing it anywhere."""
 
 
 class JobCancelled(LambdaMLError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ConfigError, brief
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Values too large for a backend's item limit are stored as parts under the logical key.
@@ -21,7 +21,7 @@ def check_name(name: str, what: str = "name") -> str:
     """Validate a job id, dataset name or tag: letters, digits, '.', '_' and '-', at most 64."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ConfigError(
-            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            f"invalid {what} {brief(name)}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
 

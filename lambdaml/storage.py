@@ -35,8 +35,8 @@ def get_json(store: Channel, key: str) -> Any:
     raw = store.get(key)
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CodecError(f"{key} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, absurd nesting or integers
+        raise CodecError(f"{key} is not valid JSON: {str(exc)[:200]}") from None
 
 
 __all__ = ["KeyNotFound", "get_json", "open_storage", "put_json"]

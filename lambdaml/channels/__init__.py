@@ -19,8 +19,14 @@ CHANNELS.register("memory", "lambdaml.channels.memory:MemoryChannel")
 
 
 def open_channel(spec: ChannelSpec) -> Channel:
-    """Build the channel a spec describes, with its client."""
-    return CHANNELS.get(spec.kind).from_spec(spec)
+    """Build the channel a spec describes, with its client.
+
+    A server that stops answering mid-job is given as long to come back as a first
+    connection is given to succeed (``connect_timeout_s``), e.g. a Redis restart.
+    """
+    channel = CHANNELS.get(spec.kind).from_spec(spec)
+    channel.reconnect_s = spec.connect_timeout_s
+    return channel
 
 
 __all__ = ["CHANNELS", "Backoff", "Channel", "ChannelStats", "open_channel"]

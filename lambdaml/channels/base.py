@@ -106,7 +106,8 @@ class Channel(ABC):
     max_item_bytes: int | None = None
     #: How many times a transient failure (throttling, truncated body) is retried.
     transient_retries: int = 4
-    reconnect_s: float = 5.0  # how long an endpoint may stay unreachable mid-job before the job fails
+    #: How long an endpoint may stay unreachable mid-job (a restarting server) before the call fails.
+    reconnect_s: float = 5.0
     #: Concurrent requests per channel for multi-key operations.
     concurrency: int = 32
 

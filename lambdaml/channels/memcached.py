@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
-from pymemcache.client.base import PooledClient
+from pymemcache.client.base import Client, PooledClient
 from pymemcache.exceptions import (
     MemcacheError,
     MemcacheIllegalInputError,
@@ -23,6 +23,7 @@ from pymemcache.exceptions import (
     MemcacheUnexpectedCloseError,
 )
 
+from lambdaml import credentials
 from lambdaml.channels.base import Channel
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
@@ -43,6 +44,55 @@ class _UnknownCommand(Exception):
     """The server answered a plain ERROR: it does not know this metadump mode."""
 
 
+def authenticate(sock: socket.socket, login: credentials.Credentials, endpoint: str) -> None:
+    """Log a fresh connection in with memcached's text-protocol authentication (``memcached -Y``).
+
+    The protocol is a ``set`` whose value is "username password"; the server answers STORED,
+    or CLIENT_ERROR and refuses every other command on that connection.
+    """
+    token = f"{login.username} {login.password}".encode()
+    sock.sendall(b"set auth 0 0 %d\r\n%s\r\n" % (len(token), token))
+    reply = b""
+    while not reply.endswith(b"\r\n") and len(reply) < 256:
+        data = sock.recv(256)
+        if not data:
+            break
+        reply += data
+    if reply != b"STORED\r\n":
+        answer = reply.decode(errors="replace").strip() or "connection closed"
+        raise ChannelUnavailable(
+            f"memcached at {endpoint} refused the credentials of user {login.username!r} (authentication: {answer})"
+        )
+
+
+class _AuthenticatingClient(Client):
+    """A pymemcache client that logs every new connection in before its first command."""
+
+    login: credentials.Credentials | None = None
+
+    def _connect(self) -> None:
+        super()._connect()
+        if self.login is not None:
+            try:
+                authenticate(self.sock, self.login, f"{self.server[0]}:{self.server[1]}")
+            except BaseException:
+                self.close()
+                raise
+
+
+class _AuthenticatingPool(PooledClient):
+    client_class = _AuthenticatingClient
+
+    def __init__(self, *args: Any, login: credentials.Credentials | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.login = login
+
+    def _create_client(self) -> Client:
+        client = super()._create_client()
+        client.login = self.login
+        return client
+
+
 class MemcachedChannel(Channel):
     """Values as memcached items; get_many for batch reads, add+incr for counters."""
 
@@ -55,9 +105,11 @@ class MemcachedChannel(Channel):
         max_item_bytes: int | None = DEFAULT_MAX_ITEM_BYTES,
         *,
         list_timeout_s: float = LIST_TIMEOUT_S,
+        login: credentials.Credentials | None = None,
     ) -> None:
         super().__init__()
         self.client = client
+        self.login = login  # the key listing opens its own connections, which log in too
         if server is None:
             server = getattr(client, "server", None)
         if server is None or isinstance(server, str):
@@ -71,14 +123,20 @@ class MemcachedChannel(Channel):
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> MemcachedChannel:
         server = (spec.host, spec.port or DEFAULT_PORT)
-        client = PooledClient(
+        login = None
+        if spec.auth is not None:
+            login = credentials.resolve(spec.auth, region=spec.region)
+            if not login.username:
+                raise ChannelError("memcached authentication needs a user: channel.auth.username, or in the secret")
+        client = _AuthenticatingPool(
             server,
+            login=login,
             connect_timeout=spec.connect_timeout_s,
             timeout=SOCKET_TIMEOUT_S,
             no_delay=True,  # without TCP_NODELAY a 40 KB get waits ~40 ms on delayed ACKs
             default_noreply=False,  # a refused set must be seen, not assumed stored
         )
-        return cls(client, server, spec.max_item_bytes or DEFAULT_MAX_ITEM_BYTES)
+        return cls(client, server, spec.max_item_bytes or DEFAULT_MAX_ITEM_BYTES, login=login)
 
     def describe(self) -> str:
         return f"memcached://{self.endpoint}"
@@ -94,6 +152,12 @@ class MemcachedChannel(Channel):
         except MemcacheIllegalInputError as exc:
             raise ChannelError(f"memcached {what}: invalid input: {exc}") from exc
         except MemcacheError as exc:
+            # A server with -Y takes a client's first set as its login: without one it says "authentication failure".
+            if self.login is None and ("unauthenticated" in str(exc) or "authentication failure" in str(exc)):
+                raise ChannelUnavailable(
+                    f"memcached at {self.endpoint} requires authentication: name where the password is kept in "
+                    "channel.auth (secret_env or secret_id) and the user in channel.auth.username"
+                ) from None
             raise ChannelError(f"memcached {what} failed at {self.endpoint}: {exc}") from exc
         except (TimeoutError, OSError) as exc:  # refused, reset, unreachable, timed out
             raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
@@ -182,6 +246,8 @@ class MemcachedChannel(Channel):
         try:
             with socket.create_connection(self.server, timeout=min(remaining, SOCKET_TIMEOUT_S)) as sock:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.login is not None:
+                    authenticate(sock, self.login, self.endpoint)
                 sock.sendall(f"lru_crawler metadump {mode}\r\n".encode())
                 buffer = bytearray()
                 while True:

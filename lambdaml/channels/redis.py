@@ -16,7 +16,7 @@ from redis import exceptions as rx
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from lambdaml import settings
+from lambdaml import credentials, settings
 from lambdaml.channels.base import Channel
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
@@ -48,17 +48,28 @@ class RedisChannel(Channel):
         self.client = client
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
         self.endpoint = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        self._has_password = bool(kwargs.get("password"))
 
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> RedisChannel:
+        """A client with AUTH from ``spec.auth`` (or LAMBDAML_REDIS_PASSWORD) and TLS when ``spec.tls``."""
+        username, password = None, settings.get(settings.ENV_REDIS_PASSWORD) or None
+        if spec.auth is not None:
+            found = credentials.resolve(spec.auth, region=spec.region)
+            username, password = found.username, found.password
+        tls: dict[str, Any] = {}
+        if spec.tls:  # certificates and host names are verified; a private CA may be given
+            tls = {"ssl_cert_reqs": "required", "ssl_check_hostname": True, "ssl_ca_certs": spec.tls_ca_file}
         client = redis_lib.Redis(
             host=spec.host,
             port=spec.port or DEFAULT_PORT,
-            password=settings.get(settings.ENV_REDIS_PASSWORD) or None,
+            username=username,
+            password=password,
             socket_connect_timeout=spec.connect_timeout_s,
             socket_timeout=SOCKET_TIMEOUT_S,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), RECONNECT_RETRIES),
             ssl=spec.tls,
+            **tls,
         )
         return cls(client)
 
@@ -72,7 +83,12 @@ class RedisChannel(Channel):
         except rx.BusyLoadingError as exc:
             raise TransientChannelError(f"redis at {self.endpoint} is loading its dataset: {exc}") from exc
         except rx.AuthenticationError as exc:
-            raise ChannelUnavailable(f"redis at {self.endpoint} refused the password: {exc}") from exc
+            if not self._has_password:
+                raise ChannelUnavailable(
+                    f"redis at {self.endpoint} requires authentication (AUTH): name the password's place in "
+                    "channel.auth (secret_env or secret_id)"
+                ) from None
+            raise ChannelUnavailable(f"redis at {self.endpoint} refused the credentials (AUTH failed: {exc})") from None
         except (rx.ConnectionError, rx.TimeoutError) as exc:
             raise ChannelUnreachable(f"cannot reach redis at {self.endpoint}: {exc}") from exc
         except rx.RedisError as exc:

@@ -8,10 +8,26 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from lambdaml.errors import Diverged
+
 if TYPE_CHECKING:
     from lambdaml.models.base import Model
 
 ReduceOp = Literal["sum", "mean"]
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether ``x`` holds no NaN or infinity: one sum, and an exact look only when the sum is not finite."""
+    return bool(np.isfinite(np.sum(x))) or bool(np.isfinite(x).all())
+
+
+def check_finite(x: np.ndarray, rank: int, what: str) -> None:
+    """Stop a diverged worker before a non-finite value leaves it (channel, checkpoint or model)."""
+    if not all_finite(x):
+        raise Diverged(
+            f"training diverged: rank {rank}'s {what} holds NaN or infinity, so nothing was written; "
+            "try a smaller learning rate (or l2)"
+        )
 
 
 class Communicator(ABC):
@@ -41,6 +57,7 @@ class Communicator(ABC):
     def wait_s(self) -> float: ...
 
     def allreduce(self, x: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
+        check_finite(x, self.rank, "update")
         started = time.perf_counter()
         try:
             total = x.copy() if self.world_size == 1 else self._allreduce(x)

@@ -11,6 +11,7 @@ import io
 import logging
 import pickle
 import zipfile
+import zlib
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any, Literal, NamedTuple, overload
 import numpy as np
 
 from lambdaml.data.sparse import CSRMatrix
-from lambdaml.errors import DataError
+from lambdaml.errors import DataError, brief
 
 log = logging.getLogger(__name__)
 
+#: Features and labels are stored as float32: a value beyond this would silently become infinite.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 CIFAR10_SAMPLE_SHAPE = [3, 32, 32]
 CIFAR10_CLASSES = 10
 _CIFAR10_PIXELS = 3 * 32 * 32
@@ -90,9 +93,9 @@ def _parse_libsvm(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         try:
             label = float(fields[0])
         except ValueError:
-            raise DataError(f"{path}:{lineno}: label {fields[0]!r} is not a number") from None
-        if not np.isfinite(label):
-            raise DataError(f"{path}:{lineno}: label {fields[0]!r} is not finite")
+            raise DataError(f"{path}:{lineno}: label {brief(fields[0])} is not a number") from None
+        if not abs(label) <= FLOAT32_MAX:
+            raise DataError(f"{path}:{lineno}: label {brief(fields[0])} is not finite (or beyond float32's range)")
         labels.append(label)
         for field in fields[1:]:
             index_text, sep, value_text = field.partition(":")
@@ -101,13 +104,16 @@ def _parse_libsvm(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
                     raise ValueError
                 index, value = int(index_text), float(value_text)
             except ValueError:
-                raise DataError(f"{path}:{lineno}: feature {field!r} is not index:value") from None
+                raise DataError(f"{path}:{lineno}: feature {brief(field)} is not index:value") from None
             if index < 1:
                 raise DataError(f"{path}:{lineno}: feature index {index} is below 1 (LIBSVM indices start at 1)")
             if index > _MAX_LIBSVM_INDEX:
                 raise DataError(f"{path}:{lineno}: feature index {index} is too large")
-            if not np.isfinite(value):
-                raise DataError(f"{path}:{lineno}: feature {index} has a non-finite value {value_text!r}")
+            if not abs(value) <= FLOAT32_MAX:  # NaN fails this too
+                raise DataError(
+                    f"{path}:{lineno}: feature {index} has a non-finite value {brief(value_text)} "
+                    "(or beyond float32's range)"
+                )
             cols.append(index - 1)
             values.append(value)
             max_index = max(max_index, index)
@@ -142,9 +148,15 @@ def load_csv(path: str | Path, label_column: Literal["first", "last"] = "first")
     """Read a numeric CSV with the label first or last; a first line of only names is a header."""
     path = Path(path)
     lines = [(lineno, line) for lineno, line in enumerate(_read_lines(path), start=1) if line.strip()]
-    if lines and _is_header(lines[0][1]):
+    header = lines[0] if lines and _is_header(lines[0][1]) else None
+    if header is not None:
         lines = lines[1:]
     if not lines:
+        if header is not None:
+            raise DataError(
+                f"{path}: no data rows (line {header[0]}, {brief(header[1])}, has no number in it and was read as a "
+                "header; a row is comma-separated numbers)"
+            )
         raise DataError(f"{path}: no data rows")
     width = len(lines[0][1].split(","))
     if width < 2:
@@ -158,8 +170,8 @@ def load_csv(path: str | Path, label_column: Literal["first", "last"] = "first")
             data[i] = [float(f) for f in fields]
         except ValueError:
             raise DataError(f"{path}:{lineno}: a value is not a number") from None
-        if not np.all(np.isfinite(data[i])):
-            raise DataError(f"{path}:{lineno}: NaN or infinite value")
+        if not np.all(np.abs(data[i]) <= FLOAT32_MAX):  # NaN fails this too
+            raise DataError(f"{path}:{lineno}: NaN or infinite value (or beyond float32's range)")
     if label_column == "first":
         return data[:, 1:].astype(np.float32), data[:, 0].astype(np.float32)
     return data[:, :-1].astype(np.float32), data[:, -1].astype(np.float32)
@@ -187,6 +199,19 @@ def _read_lines(path: Path) -> list[str]:
 
 # --- NPZ --------------------------------------------------------------------------
 
+# What numpy and zipfile raise for a damaged archive: a cut or overwritten zip reaches zipfile's
+# unsupported-feature paths (NotImplementedError, RuntimeError for "encrypted") and zlib.
+_ARCHIVE_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    zipfile.BadZipFile,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+)
+
 
 def load_npz(path: str | Path) -> Loaded:
     """Read arrays ``X`` (rows first; images keep their shape as ``sample_shape``) and ``y``.
@@ -198,24 +223,25 @@ def load_npz(path: str | Path) -> Loaded:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise DataError(f"dataset file {str(path)!r} not found") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"cannot read {str(path)!r} as an .npz archive: {exc}") from None
+    except _ARCHIVE_ERRORS as exc:
+        raise DataError(f"cannot read {str(path)!r} as an .npz archive: {str(exc)[:200]}") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise DataError(f"{path} is a single .npy array; save an .npz with arrays X and y (np.savez)")
     with archive:
         missing = [name for name in ("X", "y") if name not in archive.files]
         if missing:
-            raise DataError(
-                f"{path} has no {' or '.join(missing)} array (it holds: {', '.join(archive.files) or 'none'})"
-            )
+            held = ", ".join(name[:40] for name in archive.files[:8]) or "none"
+            raise DataError(f"{path} has no {' or '.join(missing)} array (it holds: {held})")
         try:
             X, y = archive["X"], archive["y"]
-        except ValueError:
-            raise DataError(
-                f"{path} holds Python objects (object dtype), which need pickle; save numeric arrays"
-            ) from None
-        except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # a truncated or corrupt member
-            raise DataError(f"cannot read {str(path)!r}: {exc}") from None
+        except ValueError as exc:
+            if "allow_pickle" in str(exc):
+                raise DataError(
+                    f"{path} holds Python objects (object dtype), which need pickle; save numeric arrays"
+                ) from None
+            raise DataError(f"cannot read {str(path)!r}: {str(exc)[:200]}") from None
+        except _ARCHIVE_ERRORS as exc:  # a truncated, corrupt or encrypted member
+            raise DataError(f"cannot read {str(path)!r}: {str(exc)[:200]}") from None
     for name, array_ in (("X", X), ("y", y)):
         if array_.dtype.kind not in "biuf":
             raise DataError(f"{path}: {name} has dtype {array_.dtype}; it must be numeric")
@@ -223,10 +249,11 @@ def load_npz(path: str | Path) -> Loaded:
         raise DataError(f"{path}: X {X.shape} and y {y.shape} do not match (X needs rows first, y one label per row)")
     if len(y) == 0:
         raise DataError(f"{path}: no data rows")
-    features = X.reshape(len(X), -1).astype(np.float32)
-    labels = y.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range becomes inf, refused below
+        features = X.reshape(len(X), -1).astype(np.float32)
+        labels = y.astype(np.float32)
     if not (np.all(np.isfinite(features)) and np.all(np.isfinite(labels))):
-        raise DataError(f"{path}: NaN or infinite value")
+        raise DataError(f"{path}: NaN or infinite value (or beyond float32's range)")
     return Loaded(features, labels, [int(d) for d in X.shape[1:]] if X.ndim > 2 else None)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.data.sparse import CSRMatrix, Features
-from lambdaml.errors import CodecError, DataError, KeyNotFound
+from lambdaml.errors import CodecError, DataError, KeyNotFound, brief
 from lambdaml.storage import get_json, put_json
 
 log = logging.getLogger(__name__)
@@ -79,13 +79,9 @@ def prepare(
     y = np.asarray(y)
     if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
         raise DataError(f"features {X.shape} and labels {y.shape} do not match")
-    if not 0 <= test_fraction < 1:
-        raise DataError(f"test fraction {test_fraction} is outside [0, 1)")
+    n_test = check_split(len(y), shards, test_fraction)
     order = np.random.default_rng(seed).permutation(len(y))
-    n_test = round(len(y) * test_fraction)
     test, train = order[:n_test], order[n_test:]
-    if len(train) < shards:
-        raise DataError(f"{len(train)} training rows cannot fill {shards} shards")
     if isinstance(X, CSRMatrix):
         X.validate()
         fmt = "csr"
@@ -113,6 +109,20 @@ def prepare(
     return manifest
 
 
+def check_split(rows: int | None, shards: int, test_fraction: float) -> int:
+    """Check a split before any upload (``rows`` None: the parameters alone); returns the test rows."""
+    if not 0 <= test_fraction < 1:  # NaN fails this too
+        raise DataError(f"test fraction {test_fraction} is outside [0, 1)")
+    if shards < 1:
+        raise DataError(f"{shards} shards: a dataset needs at least one")
+    if rows is None:
+        return 0
+    n_test = round(rows * test_fraction)
+    if rows - n_test < shards:
+        raise DataError(f"{rows - n_test} training rows cannot fill {shards} shards")
+    return n_test
+
+
 def _encode_rows(X: Features, y: np.ndarray, rows: np.ndarray) -> bytes:
     """One shard's bundle: dense ``X`` and ``y``, or the CSR arrays and ``y``."""
     if isinstance(X, CSRMatrix):
@@ -138,13 +148,48 @@ def read_manifest(store: Channel, name: str) -> Manifest:
         ) from None
     except CodecError as exc:
         raise DataError(str(exc)) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{key} is not a dataset manifest: it holds a {type(raw).__name__}, not an object")
     try:
         manifest = Manifest(**raw)
     except TypeError as exc:
         raise DataError(f"{key} is not a dataset manifest: {exc}") from None
     if manifest.version != MANIFEST_VERSION:
-        raise DataError(f"{key} has manifest version {manifest.version}; this build reads {MANIFEST_VERSION}")
+        raise DataError(f"{key} has manifest version {brief(manifest.version)}; this build reads {MANIFEST_VERSION}")
+    problem = _manifest_problem(manifest, name)
+    if problem:
+        raise DataError(f"{key} is not a valid dataset manifest: {problem}")
     return manifest
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
+def _manifest_problem(m: Manifest, name: str) -> str | None:
+    """What is wrong with a manifest read from storage (a hand-made or tampered one), or None."""
+    if m.name != name:
+        return f"it names dataset {brief(m.name)}"
+    if not _count(m.n_features) or m.n_features < 1:
+        return f"n_features is {brief(m.n_features)}, expected a positive integer"
+    if not isinstance(m.shard_rows, list) or not m.shard_rows or not all(_count(r) for r in m.shard_rows):
+        return f"shard_rows is {brief(m.shard_rows)}, expected a list of row counts"
+    empty = [i for i, rows in enumerate(m.shard_rows) if rows == 0]
+    if empty:
+        return f"shard {empty[0]} is empty (every shard needs at least one row)"
+    if not _count(m.test_rows):
+        return f"test_rows is {brief(m.test_rows)}, expected a count"
+    if not _count(m.n_classes) or m.n_classes < 1:
+        return f"n_classes is {brief(m.n_classes)}, expected a positive integer"
+    if m.format not in FORMATS:
+        return f"format is {brief(m.format)}; this build reads {', '.join(FORMATS)}"
+    if m.sample_shape is not None:
+        shape = m.sample_shape
+        if not isinstance(shape, list) or not shape or not all(_count(d) and d > 0 for d in shape):
+            return f"sample_shape is {brief(shape)}, expected a list of positive sizes"
+        if int(np.prod(shape, dtype=object)) != m.n_features:
+            return f"sample_shape {shape} does not hold n_features={m.n_features} values"
+    return None
 
 
 def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tuple[Features, np.ndarray]:
@@ -171,8 +216,12 @@ def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tup
         raise DataError(str(exc)) from None
     if isinstance(X, np.ndarray) and (X.dtype != np.float32 or X.shape != (rows, manifest.n_features)):
         raise DataError(f"{key} holds {X.dtype} {X.shape} features, expected float32 ({rows}, {manifest.n_features})")
-    if y.shape != (rows,):
-        raise DataError(f"{key} has {y.shape} labels, expected ({rows},)")
+    if y.dtype != np.float32 or y.shape != (rows,):
+        raise DataError(f"{key} has {y.dtype} {y.shape} labels, expected float32 ({rows},)")
+    # A tampered shard with NaN would train on, writing NaN to every channel; one pass at load refuses it.
+    values = X.data if isinstance(X, CSRMatrix) else X
+    if not (np.isfinite(values).all() and np.isfinite(y).all()):
+        raise DataError(f"{key} holds NaN or infinite values")
     return X, y
 
 

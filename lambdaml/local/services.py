@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -80,10 +81,19 @@ def _start(name: str, argv: list[str], port: int, ready: Callable[[], bool], log
     raise ServiceError(f"{name} did not start on port {port} within {START_TIMEOUT_S:g}s: {tail or 'no output'}")
 
 
-def _answers(port: int, request: bytes, expect: bytes) -> bool:
-    """True when a TCP server on the port answers ``request`` with a reply starting ``expect``."""
+def _answers(port: int, request: bytes, expect: bytes | tuple[bytes, ...], *, tls: bool = False) -> bool:
+    """True when a TCP server on the port answers ``request`` with a reply starting ``expect``.
+
+    With ``tls`` the probe speaks TLS without checking the certificate: it only asks whether
+    the server is up, and the clients under test do the verifying.
+    """
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as plain:
+            sock = plain
+            if tls:
+                context = ssl.create_default_context()
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+                sock = context.wrap_socket(plain, server_hostname="127.0.0.1")
             sock.sendall(request)
             return sock.recv(64).startswith(expect)
     except OSError:
@@ -114,22 +124,50 @@ def start_moto(port: int | None = None, log_path: Path | None = None) -> Service
     return _start("moto_server", argv, port, lambda: _http_up(f"http://127.0.0.1:{port}/moto-api/"), log_path)
 
 
-def start_redis(port: int | None = None, log_path: Path | None = None) -> Service:
-    """A redis-server without persistence."""
+def start_redis(
+    port: int | None = None,
+    log_path: Path | None = None,
+    *,
+    password: str | None = None,
+    tls: tuple[Path, Path] | None = None,
+) -> Service:
+    """A redis-server without persistence; with ``password`` it requires AUTH, with ``tls``
+    (certificate and key PEM files) it speaks only TLS on its port."""
     port = port or free_port()
-    argv = [_binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    return _start("redis-server", argv, port, lambda: _answers(port, b"PING\r\n", b"+PONG"), log_path)
+    argv = [_binary("redis-server"), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    if tls is None:
+        argv += ["--port", str(port)]
+    else:
+        cert, key = tls
+        argv += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+        argv += ["--tls-auth-clients", "no"]  # clients authenticate with AUTH, not certificates
+    if password is not None:
+        argv += ["--requirepass", password]
+    ready = (b"+PONG", b"-NOAUTH")
+    return _start("redis-server", argv, port, lambda: _answers(port, b"PING\r\n", ready, tls=tls is not None), log_path)
 
 
 def start_memcached(
-    port: int | None = None, log_path: Path | None = None, *, item_size: str = "1m", memory_mb: int = 256
+    port: int | None = None,
+    log_path: Path | None = None,
+    *,
+    item_size: str = "1m",
+    memory_mb: int = 256,
+    auth_file: Path | None = None,
 ) -> Service:
-    """A memcached; the default 1 MiB item limit is kept so that chunking is exercised."""
+    """A memcached; the default 1 MiB item limit is kept so that chunking is exercised.
+
+    ``auth_file`` (lines of ``user:password``) turns on memcached's text-protocol
+    authentication (``-Y``): every connection must log in before its first command.
+    """
     port = port or free_port()
     argv = [_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-I", item_size, "-m", str(memory_mb)]
+    if auth_file is not None:
+        argv += ["-Y", str(auth_file)]
     if os.geteuid() == 0:
         argv += ["-u", "root"]  # memcached refuses to run as root otherwise
-    return _start("memcached", argv, port, lambda: _answers(port, b"version\r\n", b"VERSION"), log_path)
+    ready = (b"VERSION", b"CLIENT_ERROR unauthenticated")
+    return _start("memcached", argv, port, lambda: _answers(port, b"version\r\n", ready), log_path)
 
 
 @contextlib.contextmanager

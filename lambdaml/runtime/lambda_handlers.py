@@ -21,7 +21,7 @@ from lambdaml import keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
-from lambdaml.errors import ConfigError, JobCancelled, JobFailed, KeyNotFound, LambdaMLError
+from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, KeyNotFound, LambdaMLError
 from lambdaml.runtime.job import assemble_result, clear_job_channel, collect_reports, new_job_id, preflight
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import get_json, open_storage, put_json
@@ -184,7 +184,8 @@ def work(
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)
-        _set_status(store, job_id, "failed", error=f"worker {rank}: {exc}")
+        reason = {"reason": "diverged"} if isinstance(exc, Diverged) else {}
+        _set_status(store, job_id, "failed", error=f"worker {rank}: {exc}", **reason)
         clear_job_channel(job, job_id, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
     if report["status"] == "continued":

@@ -84,6 +84,9 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
         channel.update(host=host, port=int(port) if port else None)
         if kind == "redis" and not stack.endpoints:  # ElastiCache Redis in the template has transit encryption on
             channel["tls"] = True
+            # ... and an AUTH token in Secrets Manager, which the functions' roles may read
+            if "CacheAuthSecretArn" in stack.outputs and "auth" not in channel:
+                channel["auth"] = {"secret_id": stack.outputs["CacheAuthSecretArn"]}
     elif kind == "memory":
         raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
     return parse_job(data, source)

@@ -22,12 +22,12 @@ import numpy as np
 from lambdaml import codec, keys
 from lambdaml.algorithms import AlgorithmState, reify
 from lambdaml.channels import Channel, open_channel
-from lambdaml.comm.base import Communicator
+from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.config import JobSpec
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import load_test, load_worker_data, read_manifest
-from lambdaml.errors import CodecError, JobFailed, KeyNotFound
+from lambdaml.errors import CodecError, Diverged, KeyNotFound
 from lambdaml.models import MODELS
 from lambdaml.storage import open_storage
 
@@ -84,6 +84,9 @@ class _Position:
 def _save_checkpoint(store: Channel, job_id: str, rank: int, position: _Position, state: AlgorithmState) -> None:
     meta = json.dumps(position.__dict__).encode()
     arrays = {f"state.{k}": np.asarray(v) for k, v in state.state_dict().items()}
+    for name, array in arrays.items():
+        if array.dtype.kind == "f":
+            check_finite(array, rank, f"checkpoint ({name})")
     store.put(
         keys.worker_checkpoint(job_id, rank), codec.encode_bundle({"meta": np.frombuffer(meta, np.uint8), **arrays})
     )
@@ -119,6 +122,25 @@ def run_worker(
     through a channel communicator over ``channel`` or the job's channel. With a
     ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
     """
+    # A diverging run is caught explicitly (Diverged) before a NaN leaves the worker; numpy's
+    # overflow warnings would only add lines to the user's terminal.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _run_worker(
+            job, job_id, rank, on_epoch=on_epoch, channel=channel, comm=comm, store=store, lifetime=lifetime
+        )
+
+
+def _run_worker(
+    job: JobSpec,
+    job_id: str,
+    rank: int,
+    *,
+    on_epoch: EpochCallback | None,
+    channel: Channel | None,
+    comm: Communicator | None,
+    store: Channel | None,
+    lifetime: Lifetime | None,
+) -> dict[str, Any]:
     started = time.perf_counter()
     store = store or open_storage(job.storage)
     manifest = read_manifest(store, job.dataset)
@@ -210,7 +232,7 @@ def run_worker(
             slowest_step = max(slowest_step, time.perf_counter() - step_started)
         loss = float(state.end_epoch(epoch))
         if not math.isfinite(loss):
-            raise JobFailed(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
+            raise Diverged(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
         losses.append(loss)
         elapsed.append(before["total_s"] + time.perf_counter() - started)
         if epoch == position.epoch:
@@ -237,6 +259,7 @@ def run_worker(
 
     if rank == 0:
         model_key = keys.job_model(job_id)
+        check_finite(params, rank, "model")
         store.put(model_key, codec.encode_bundle({"params": params}))
         report["model_uri"] = f"s3://{job.storage.bucket}/{model_key}"
         test = load_test(store, manifest)

@@ -26,6 +26,7 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.channels import Backoff, Channel
+from lambdaml.comm.base import check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.errors import CodecError, SyncTimeout
 
@@ -135,6 +136,7 @@ class AsyncUpdates:
 
     def push_pull(self, delta: np.ndarray) -> np.ndarray:
         """Publish this worker's update; return the sum of the other workers' new updates."""
+        check_finite(delta, self.comm.rank, "update")
         started = time.perf_counter()
         try:
             written = self.log.append(encode_update(self.comm.rank, delta))

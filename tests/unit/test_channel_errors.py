@@ -244,8 +244,15 @@ def test_redis_errors_are_translated() -> None:
     with pytest.raises(ChannelError, match="WRONGTYPE") as info:
         RedisChannel(_FakeRedis([rx.ResponseError("WRONGTYPE not a string")])).get("comm/a")
     assert not isinstance(info.value, TransientChannelError | ChannelUnavailable)
-    with pytest.raises(ChannelUnavailable):
-        RedisChannel(_FakeRedis([rx.TimeoutError("timed out")])).get("comm/a")
+    # A server that stops answering is given ``reconnect_s`` to come back (a restart) ...
+    assert RedisChannel(_FakeRedis([rx.TimeoutError("timed out")] * 2)).get("comm/a") == b"value"
+    # ... and is unavailable after that.
+    gone = RedisChannel(_FakeRedis([rx.TimeoutError("timed out")] * 1000))
+    gone.reconnect_s = 0.1
+    started = time.monotonic()
+    with pytest.raises(ChannelUnavailable, match="cannot reach redis"):
+        gone.get("comm/a")
+    assert 0.1 <= time.monotonic() - started < 2
 
 
 class _RefusingMemcache:
