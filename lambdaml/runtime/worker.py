@@ -43,6 +43,18 @@ def params_checksum(params: np.ndarray) -> str:
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
 
 
+def per_round(traffic: dict[str, float], rounds: int) -> dict[str, float]:
+    """Bytes and requests per communication round (one collective or ring exchange), for comparisons."""
+    if rounds <= 0:
+        return {}
+    return {
+        "rounds": rounds,
+        "bytes_sent_per_round": traffic.get("bytes_sent", 0.0) / rounds,
+        "bytes_received_per_round": traffic.get("bytes_received", 0.0) / rounds,
+        "requests_per_round": traffic.get("requests", 0.0) / rounds,
+    }
+
+
 @dataclass
 class Lifetime:
     """The time a run has (Lambda's deadline) and how often it checkpoints.
@@ -229,7 +241,7 @@ def run_worker(
         "wait_s": final.times["wait_s"],
         "total_s": final.times["total_s"],
     }
-    report["channel"] = final.traffic
+    report["channel"] = {**final.traffic, **per_round(final.traffic, comm.round)}
     if lifetime is not None:
         report["billed"] = final.billed
     return report
