@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from lambdaml.config import CompressionSpec
 
 
+def l2_norm(x: np.ndarray) -> float:
+    """||x||_2 without BLAS: a BLAS dot on a busy machine can take milliseconds to start its threads."""
+    return float(np.sqrt(np.square(x, dtype=np.float64).sum()))
+
+
 def _flat(x: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x).reshape(-1)
     if flat.dtype.kind != "f":
@@ -52,15 +57,13 @@ class OneBit(Compressor):
 
     def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
-        scale = np.linalg.norm(flat) / np.sqrt(flat.size) if flat.size else 0.0
+        scale = l2_norm(flat) / np.sqrt(flat.size) if flat.size else 0.0
         return {"signs": np.packbits(flat < 0), "scale": np.array([scale], dtype=flat.dtype)}
 
     def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
         scale = float_entry(payload, "scale", length=1)
-        negative = np.unpackbits(_packed(payload, "signs", size, 1), count=size)
-        out = np.full(size, scale[0], dtype=scale.dtype)
-        out[negative.astype(bool)] *= -1
-        return out
+        negative = np.unpackbits(_packed(payload, "signs", size, 1), count=size).view(bool)
+        return np.where(negative, -scale[0], scale[0]).astype(scale.dtype, copy=False)
 
 
 class QSGD(Compressor):
@@ -85,7 +88,7 @@ class QSGD(Compressor):
         if rng is None:
             raise ValueError("qsgd rounds stochastically and needs a random generator")
         flat = _flat(x)
-        norm = float(np.linalg.norm(flat))
+        norm = l2_norm(flat)
         if norm > 0:
             scaled = np.abs(flat) / norm * self.levels
             level = np.floor(scaled)
@@ -102,9 +105,8 @@ class QSGD(Compressor):
         level = codes >> 1
         if np.any(level > self.levels):
             raise CodecError(f"qsgd value has a level above {self.levels} (sent with other settings?)")
-        out = level.astype(norm.dtype) * (norm[0] / self.levels)
-        out[(codes & 1).astype(bool)] *= -1
-        return out
+        magnitude = level.astype(norm.dtype) * (norm[0] / self.levels)
+        return np.where((codes & 1) == 1, -magnitude, magnitude)
 
 
 class MinMaxUint8(Compressor):
