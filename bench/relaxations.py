@@ -13,7 +13,8 @@ worker processes over each channel, four ways:
 For each it prints the mean round time (a round is one collective or ring exchange), what
 a worker sends per round (the channel's own byte and request counts), the final loss, the
 test accuracy and the time to reach a target loss (by default the loss the uncompressed run
-has halfway through), each with its ratio to the uncompressed run on the same channel.
+has halfway through), each with its ratio to the uncompressed run on the same channel. ``--repeats N`` runs every
+method N times, interleaved, and reports median times.
 Writes the table to bench/results/relaxations.csv (no plot: matplotlib is not a dependency).
 """
 
@@ -104,6 +105,18 @@ def measure(kind: str, method: str, base: dict[str, Any], algorithm: dict[str, A
     return row
 
 
+def median_of(runs: list[Row], target: float) -> Row:
+    """One row for repeated runs of a method: median round time and time to target (the rest is the same)."""
+    times = [time_to(r.curve, target) for r in runs]
+    reached = [t for t in times if t is not None]
+    row = runs[0]
+    row.round_ms = statistics.median(r.round_ms for r in runs)
+    row.requests_per_round = statistics.median(r.requests_per_round for r in runs)
+    row.wall_s = statistics.median(r.wall_s for r in runs)
+    row.to_target_s = statistics.median(reached) if len(reached) * 2 > len(times) else None
+    return row
+
+
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
     """Elapsed seconds at the first epoch whose loss is at most ``target`` (None: never)."""
     return next((elapsed for loss, elapsed in curve if loss <= target), None)
@@ -181,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=50, help="per worker")
     parser.add_argument("--hidden", type=int, default=256, help="width of the MLP's hidden layer")
     parser.add_argument("--target", type=float, default=None, help="target loss (default: uncompressed, halfway)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of each method, interleaved; times are medians (default 1)"
+    )
     parser.add_argument("--csv", type=Path, default=CSV_PATH)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -217,20 +233,21 @@ def main(argv: list[str] | None = None) -> int:
             "algorithm": {"epochs": epochs, "batch_size": args.batch_size, "seed": 0},
             "sync": {"pattern": "scatter_reduce", "timeout_s": 300},
         }
-        for kind in kinds:
-            for method, algorithm in METHODS.items():
-                rows.append(measure(kind, method, base, algorithm))
+        runs: dict[tuple[str, str], list[Row]] = {}
+        for _ in range(args.repeats):  # methods interleaved, so drift in the machine's load hits all alike
+            for kind in kinds:
+                for method, algorithm in METHODS.items():
+                    runs.setdefault((kind, method), []).append(measure(kind, method, base, algorithm))
 
     targets: dict[str, float] = {}
     for kind in kinds:
-        reference = next(r for r in rows if r.channel == kind and r.method == "uncompressed")
+        reference = runs[(kind, "uncompressed")][0]
         targets[kind] = args.target if args.target is not None else reference.curve[math.ceil(epochs / 2) - 1][0]
-        for row in rows:
-            if row.channel == kind:
-                row.to_target_s = time_to(row.curve, targets[kind])
+        rows.extend(median_of(runs[(kind, method)], targets[kind]) for method in METHODS)
     print()
     print(
-        f"W={args.workers}, MLP 784-{args.hidden}-10 on {DATASET}, {epochs} epochs, batch {args.batch_size} per worker"
+        f"W={args.workers}, MLP 784-{args.hidden}-10 on {DATASET}, {epochs} epochs, batch {args.batch_size} per "
+        f"worker; medians of {args.repeats} run(s)"
     )
     print_table(rows, targets)
     write_csv(rows, targets, args.csv)

