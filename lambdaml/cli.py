@@ -242,7 +242,7 @@ def print_result(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="time per worker (s)", title_justify="left")
-    for column in ("rank", "load", "compute", "communicate", "wait", "total", "requests", "MB sent"):
+    for column in ("rank", "load", "compute", "communicate", "wait", "total", "requests", "MB sent", "KB sent/round"):
         table.add_column(column, justify="right")
     for w in result["workers"]:
         table.add_row(
@@ -250,6 +250,7 @@ def print_result(result: dict[str, Any]) -> None:
             *(f"{w[k]:.2f}" for k in ("load_s", "compute_s", "communicate_s", "wait_s", "total_s")),
             str(int(w["channel"]["requests"])),
             f"{w['channel']['bytes_sent'] / 1e6:.2f}",
+            f"{w['channel'].get('bytes_sent_per_round', 0.0) / 1e3:.1f}",
         )
     console.print(table)
     if result.get("test_accuracy") is not None:

@@ -133,6 +133,24 @@ class ModelSpec(_Spec):
         return _known_name(MODELS, name)
 
 
+class CompressionSpec(_Spec):
+    """How workers compress what they send (``algorithm.compression``)."""
+
+    name: str = "onebit"  # identity, onebit, qsgd, uint8, topk
+    levels: int = Field(16, ge=1, le=32767)  # qsgd: quantization levels
+    ratio: float = Field(0.01, gt=0, le=1)  # topk: fraction of the entries sent
+    # Error feedback (send what earlier compression dropped): on by default where it applies
+    # (ga_sgd, ma_sgd, onebit_adam); the decentralized methods compensate in their own way.
+    error_feedback: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from lambdaml.compression import COMPRESSORS
+
+        return _known_name(COMPRESSORS, name)
+
+
 class AlgorithmSpec(_Spec):
     name: str = "ga_sgd"
     lr: float = Field(0.1, gt=0, le=1e3)
@@ -145,6 +163,9 @@ class AlgorithmSpec(_Spec):
     rho: float = Field(0.1, gt=0, le=1e6)  # admm: penalty weight
     l1: float = Field(0.0, ge=0, le=1e6)  # admm: l1 on the consensus variable, by soft-threshold
     local_epochs: int = Field(1, ge=1, le=10_000)  # ma_sgd and admm: local passes between averagings
+    compression: CompressionSpec | None = None  # None: uncompressed (onebit_adam: onebit)
+    warmup_steps: int = Field(100, ge=1, le=100_000_000)  # onebit_adam: plain Adam steps before freezing v
+    gamma: float = Field(0.5, gt=0, le=1)  # choco_sgd: consensus step size
 
     @field_validator("name")
     @classmethod
@@ -159,6 +180,30 @@ class AlgorithmSpec(_Spec):
         if isinstance(lr, float) and not math.isfinite(lr):
             raise ValueError("must be a finite number")
         return lr
+
+    @model_validator(mode="after")
+    def _relaxations(self) -> AlgorithmSpec:
+        from lambdaml.algorithms import ALGORITHMS
+
+        kind = ALGORITHMS.get(self.name)
+        compression = self.compression
+        if compression is not None and kind.compression == "none":
+            hint = "; use dcd_psgd, ecd_psgd or choco_sgd" if kind.decentralized else ""
+            raise ValueError(f"algorithm {self.name!r} does not compress what it sends{hint}")
+        if compression is not None and compression.error_feedback and kind.decentralized:
+            raise ValueError(f"error_feedback does not apply to {self.name!r}, which compensates compression itself")
+        if self.optimizer not in kind.optimizers:
+            raise ValueError(f"optimizer {self.optimizer!r} does not apply to algorithm {self.name!r}")
+        return self
+
+    @property
+    def compression_spec(self) -> CompressionSpec | None:
+        """The compression to use: the spec's, or the algorithm's own default (onebit_adam: onebit)."""
+        from lambdaml.algorithms import ALGORITHMS
+
+        if self.compression is None and ALGORITHMS.get(self.name).compression == "required":
+            return CompressionSpec()
+        return self.compression
 
 
 class SyncSpec(_Spec):
@@ -238,6 +283,8 @@ class JobSpec(_Spec):
         algorithm = self.algorithm.name
         if self.sync.protocol != "bsp" and not ALGORITHMS.get(algorithm).supports_async:
             raise ValueError(f"algorithm {algorithm!r} runs only under protocol 'bsp', not {self.sync.protocol!r}")
+        if self.sync.protocol != "bsp" and self.algorithm.compression is not None:
+            raise ValueError(f"compression runs under protocol 'bsp' only, not {self.sync.protocol!r}")
         if (algorithm == "kmeans") != (self.model.name == "kmeans"):
             raise ValueError("the kmeans algorithm and the kmeans model go together")
         return self

@@ -10,5 +10,10 @@ ALGORITHMS.register("ga_sgd", "lambdaml.algorithms.ga_sgd:GASGD")
 ALGORITHMS.register("ma_sgd", "lambdaml.algorithms.ma_sgd:MASGD")
 ALGORITHMS.register("admm", "lambdaml.algorithms.admm:ADMM")
 ALGORITHMS.register("kmeans", "lambdaml.algorithms.kmeans:KMeans")
+ALGORITHMS.register("onebit_adam", "lambdaml.algorithms.onebit_adam:OneBitAdam")
+ALGORITHMS.register("dpsgd", "lambdaml.algorithms.decentralized:DPSGD")
+ALGORITHMS.register("dcd_psgd", "lambdaml.algorithms.decentralized:DCDPSGD")
+ALGORITHMS.register("ecd_psgd", "lambdaml.algorithms.decentralized:ECDPSGD")
+ALGORITHMS.register("choco_sgd", "lambdaml.algorithms.decentralized:CHOCOSGD")
 
 __all__ = ["ALGORITHMS", "AlgorithmState", "reify"]

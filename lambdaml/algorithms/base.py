@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -19,9 +19,12 @@ from lambdaml.optim import make_optimizer
 
 if TYPE_CHECKING:
     from lambdaml.comm.base import Communicator
+    from lambdaml.comm.compressed import CompressedAllreduce
     from lambdaml.config import AlgorithmSpec, SyncSpec
     from lambdaml.models.base import Model
     from lambdaml.sync.asp import AsyncUpdates
+
+CompressionUse = Literal["none", "optional", "required"]
 
 
 class AlgorithmState(ABC):
@@ -31,6 +34,13 @@ class AlgorithmState(ABC):
     supports_async: ClassVar[bool] = False
     #: Whether every step sums gradients over workers (GA-SGD): DDP can then do it in backward.
     reduces_gradients: ClassVar[bool] = False
+    #: What it sends compressed: nothing ("none"), what the job asks ("optional"), or always
+    #: ("required", 1-bit by default).
+    compression: ClassVar[CompressionUse] = "none"
+    #: Whether workers talk only to their ring neighbours (no collective per step).
+    decentralized: ClassVar[bool] = False
+    #: The ``optimizer`` settings it accepts (an algorithm with its own update rule takes the default).
+    optimizers: ClassVar[tuple[str, ...]] = ("sgd", "momentum", "adam")
 
     def __init__(
         self,
@@ -49,6 +59,7 @@ class AlgorithmState(ABC):
         self.compute_s = 0.0
         self._loss_sum = 0.0
         self._count = 0.0
+        self.reducer = None if self.decentralized else compressed_allreduce(spec, comm)
 
     def on_start(self, X: Features, y: np.ndarray) -> None:
         """Called once with this worker's whole shard, before the first step."""
@@ -109,21 +120,56 @@ class AlgorithmState(ABC):
         self._loss_sum = self._count = 0.0
         return reduced[:-2], (loss_sum / count if count else float("nan"))
 
+    def _sum_with(self, vector: np.ndarray, extras: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sums over ranks of ``vector`` (compressed when the job says so) and of ``extras`` (exact)."""
+        if self.reducer is None:
+            reduced = self.comm.allreduce(np.concatenate([vector, extras.astype(vector.dtype)]))
+            return reduced[: vector.size], reduced[vector.size :]
+        summed, summed_extras = self.reducer.allreduce(self.comm, vector, extras)
+        assert summed_extras is not None
+        return summed, summed_extras
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything a continued run needs to go on exactly where this one stopped."""
         optimizer = {f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()}
+        reducer = {} if self.reducer is None else {f"reducer.{k}": v for k, v in self.reducer.state_dict().items()}
         epoch_stats = np.array([self._loss_sum, self._count])
         asynchronous = {} if self.asynchronous is None else self.asynchronous.state_dict()
         asp = {f"asp.{k}": v for k, v in asynchronous.items()}
-        return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer, **asp}
+        return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer, **reducer, **asp}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.params = np.array(state["params"])
         self._loss_sum, self._count = (float(v) for v in state["epoch_stats"])
-        prefix = "optimizer."
-        self.optimizer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+        self.optimizer.load_state_dict(substate(state, "optimizer."))
+        if self.reducer is not None:
+            self.reducer.load_state_dict(substate(state, "reducer."))
         if self.asynchronous is not None:
-            self.asynchronous.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("asp.")})
+            self.asynchronous.load_state_dict(substate(state, "asp."))
+
+
+def substate(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The entries of ``state`` under ``prefix``, with the prefix removed."""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def compressed_allreduce(spec: AlgorithmSpec, comm: Communicator) -> CompressedAllreduce | None:
+    """The compressed collective a spec asks for (None: uncompressed), in the communicator's pattern."""
+    compression = spec.compression_spec
+    if compression is None:
+        return None
+    from lambdaml.comm.compressed import CompressedAllreduce
+    from lambdaml.comm.patterns import AllReduce
+    from lambdaml.compression import make_compressor
+
+    return CompressedAllreduce(
+        make_compressor(compression),
+        rank=comm.rank,
+        world=comm.world_size,
+        scatter=not isinstance(getattr(comm, "pattern", None), AllReduce),
+        error_feedback=compression.error_feedback is not False,
+        seed=spec.seed,
+    )
 
 
 def reify(

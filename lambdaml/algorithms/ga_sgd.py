@@ -16,11 +16,13 @@ class GASGD(AlgorithmState):
     Under BSP, workers reduce gradient *sums* together with their batch sizes and loss
     sums in one vector, so unequal batches average exactly and one collective serves all
     three. Under ASP each worker steps on its own gradient and shares the step (Hogwild
-    over storage).
+    over storage). With ``compression`` it is EF-SGD: the gradient sums travel compressed
+    with error feedback on both sides, the batch sizes and losses exactly.
     """
 
     supports_async = True
     reduces_gradients = True
+    compression = "optional"
 
     def step(self, X: Features, y: np.ndarray) -> None:
         if self.asynchronous is not None:
@@ -30,16 +32,15 @@ class GASGD(AlgorithmState):
             return
         loss, grad = self._gradient(X, y)
         stats = np.array([len(y), loss], dtype=grad.dtype)
-        if self.model.gradients_summed_across_workers:  # DDP summed grad during backward
-            reduced = np.concatenate([grad, self.comm.allreduce(stats)])
+        if self.model.gradients_summed_across_workers:  # DDP summed the gradient during backward
+            summed, (count, loss_sum) = grad, self.comm.allreduce(stats)
         else:
-            reduced = self.comm.allreduce(np.concatenate([grad, stats]))
-        count, loss_sum = reduced[-2], reduced[-1]
+            summed, (count, loss_sum) = self._sum_with(grad, stats)
         self._count += count
         self._loss_sum += loss_sum
         if count == 0:
             return
         started = time.perf_counter()
-        direction = reduced[:-2] / count + self.model.regularizer_grad(self.params)
+        direction = summed / count + self.model.regularizer_grad(self.params)
         self.optimizer.step(self.params, direction)
         self.compute_s += time.perf_counter() - started

@@ -13,10 +13,12 @@ class MASGD(AlgorithmState):
 
     Only the weights are averaged; optimizer state (momentum, Adam moments) stays local
     to each worker. Under ASP a worker pushes 1/W of its local progress and adopts the
-    global model as far as it knows it.
+    global model as far as it knows it. With ``compression`` each worker sends its progress
+    since the last average (x_i - x) compressed, with error feedback on both sides.
     """
 
     supports_async = True
+    compression = "optional"
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -35,9 +37,17 @@ class MASGD(AlgorithmState):
             self._base += contribution + self.asynchronous.push_pull(contribution)
             self.params = self._base.copy()
             return self._take_loss()
-        summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params)))
-        self.params = summed / world
-        return loss
+        if self.reducer is None:
+            summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params)))
+            self.params = summed / world
+            return loss
+        # Compressed: average the local progress since the last average, not the weights themselves.
+        stats = np.array([self._count, self._loss_sum], dtype=self.params.dtype)
+        progress, (count, loss_sum) = self._sum_with(self.params - self._base, stats)
+        self.params = self._base + progress / world
+        self._base = self.params.copy()
+        self._loss_sum = self._count = 0.0
+        return float(loss_sum / count) if count else float("nan")
 
     def finish(self) -> None:
         if self.asynchronous is not None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -56,10 +57,23 @@ class ChannelCommunicator(Communicator):
         return self.channel.stats.wait_s
 
     def _allreduce(self, x: np.ndarray) -> np.ndarray:
+        result: np.ndarray = self.pattern.allreduce(self, x, self.next_round())
+        return result
+
+    def next_round(self) -> int:
+        """The round number of the next collective; every collective takes one, so keys are written once."""
         round_ = self.round
         self.round += 1
-        result: np.ndarray = self.pattern.allreduce(self, x, round_)
-        return result
+        return round_
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the time inside as communication (for collectives beyond ``allreduce``)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.comm_s += time.perf_counter() - started
 
     def retire_round(self, round_: int) -> None:
         """Delete a finished round's keys off the critical path.
@@ -81,14 +95,11 @@ class ChannelCommunicator(Communicator):
         self._arrive(name, wait=True)
 
     def _arrive(self, name: str, *, wait: bool) -> None:
-        started = time.perf_counter()
-        try:
+        with self.timed():
             self.channel.put(keys.barrier_key(self.job_id, name, self.rank), b"1")
             if wait:
                 markers = [keys.barrier_key(self.job_id, name, r) for r in range(self.world_size)]
                 self.channel.wait_for(markers, self.timeout_s)
-        finally:
-            self.comm_s += time.perf_counter() - started
 
     def finish(self, *, early: bool = False) -> None:
         """Rank 0 waits until every rank is done reading, then removes the job's keys.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ ENV_TORCH_THREADS = settings.ENV_TORCH_THREADS
 PREDICT_BATCH = 256  # rows per forward pass in predict/mean_loss: bounds activation memory
 
 _threads_configured = False
+_INIT_LOCK = threading.Lock()
 
 
 def configure_threads() -> None:
@@ -140,8 +142,9 @@ class TorchModel(Model):
         """The network, mapping (batch, *sample_shape) float32 to (batch, n_classes) logits."""
 
     def _seeded_module(self, seed: int) -> nn.Module:
-        # fork_rng: seeding for the init must not disturb anyone else's torch RNG stream.
-        with torch.random.fork_rng(devices=[]):
+        # fork_rng: seeding for the init must not disturb anyone else's torch RNG stream. The
+        # lock: ranks running as threads (the in-memory channel) share torch's global generator.
+        with _INIT_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self._make_module()
 

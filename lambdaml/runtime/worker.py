@@ -51,6 +51,18 @@ def params_checksum(params: np.ndarray) -> str:
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
 
 
+def per_round(traffic: dict[str, float], rounds: int) -> dict[str, float]:
+    """Bytes and requests per communication round (one collective or ring exchange), for comparisons."""
+    if rounds <= 0:
+        return {}
+    return {
+        "rounds": rounds,
+        "bytes_sent_per_round": traffic.get("bytes_sent", 0.0) / rounds,
+        "bytes_received_per_round": traffic.get("bytes_received", 0.0) / rounds,
+        "requests_per_round": traffic.get("requests", 0.0) / rounds,
+    }
+
+
 @dataclass
 class Lifetime:
     """The time a run has (Lambda's deadline) and how often it checkpoints.
@@ -170,8 +182,8 @@ def _run_worker(
         )
     spec = job.algorithm
     state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
-    if state.reduces_gradients and state.asynchronous is None:
-        comm.attach_gradient_sync(model)
+    if state.reduces_gradients and state.asynchronous is None and state.reducer is None:
+        comm.attach_gradient_sync(model)  # DDP, on IaaS; a compressed job keeps its compressor
     if saved_state is None:
         state.on_start(X, y)
     else:
@@ -276,7 +288,7 @@ def _run_worker(
         "wait_s": final.times["wait_s"],
         "total_s": final.times["total_s"],
     }
-    report["channel"] = final.traffic
+    report["channel"] = {**final.traffic, **per_round(final.traffic, comm.round)}
     if lifetime is not None:
         report["billed"] = final.billed
     return report

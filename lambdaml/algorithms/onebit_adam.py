@@ -1,0 +1,85 @@
+"""1-bit Adam: Adam's variance frozen after a warm-up, then compressed momentum averaging."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.data.sparse import Features
+from lambdaml.optim import Adam
+
+
+class OneBitAdam(AlgorithmState):
+    """Tang et al., "1-bit Adam" (2021), on flat parameter vectors.
+
+    Warm-up (``warmup_steps`` steps): plain Adam on the exactly averaged gradient, the
+    same as GA-SGD with ``optimizer: adam``. Then the variance is frozen at Adam's
+    (bias-corrected) estimate v; each worker updates its momentum with its own gradient,
+    m_i = b1 m + (1 - b1) g_i, and the workers average m_i by compressed allreduce with
+    error feedback on both sides (1-bit unless ``compression`` says otherwise); then
+    x -= lr * m / (sqrt(v) + eps). Coordinates where v is exactly zero had a zero gradient
+    on every worker throughout the warm-up (an always-zero input feature, say): they are
+    masked out of the momentum and never sent, since a compressor would make their zero
+    momentum non-zero and divide it by eps.
+    """
+
+    compression = "required"
+    optimizers = ("sgd", "adam")  # it is Adam whatever the setting; only momentum is refused
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.optimizer = self.adam = Adam(self.spec.lr)
+        self.frozen_v: np.ndarray | None = None  # set when the warm-up ends
+
+    @property
+    def keep(self) -> np.ndarray:
+        """The coordinates whose momentum is averaged (the mask's complement)."""
+        assert self.frozen_v is not None
+        return self.frozen_v > 0
+
+    def step(self, X: Features, y: np.ndarray) -> None:
+        loss, grad = self._gradient(X, y)
+        stats = np.array([len(y), loss], dtype=grad.dtype)
+        if self.frozen_v is None:
+            self._warmup_step(grad, stats)
+            return
+        adam = self.adam
+        assert adam.m is not None
+        started = time.perf_counter()
+        own = grad / len(y) if len(y) else np.zeros_like(grad)
+        keep = self.keep
+        momentum = adam.beta1 * adam.m[keep] + (1 - adam.beta1) * (own + self.model.regularizer_grad(self.params))[keep]
+        self.compute_s += time.perf_counter() - started
+        summed, (count, loss_sum) = self._sum_with(momentum, stats)
+        self._count += count
+        self._loss_sum += loss_sum
+        started = time.perf_counter()
+        adam.m = np.zeros_like(adam.m)
+        adam.m[keep] = summed / self.comm.world_size
+        adam.t += 1
+        self.params -= self.spec.lr * adam.m / (np.sqrt(self.frozen_v) + adam.eps)
+        self.compute_s += time.perf_counter() - started
+
+    def _warmup_step(self, grad: np.ndarray, stats: np.ndarray) -> None:
+        reduced = self.comm.allreduce(np.concatenate([grad, stats]))
+        count, loss_sum = reduced[-2], reduced[-1]
+        self._count += count
+        self._loss_sum += loss_sum
+        if count == 0:
+            return
+        started = time.perf_counter()
+        self.adam.step(self.params, reduced[:-2] / count + self.model.regularizer_grad(self.params))
+        if self.adam.t >= self.spec.warmup_steps:
+            assert self.adam.v is not None
+            self.frozen_v = self.adam.v / (1 - self.adam.beta2**self.adam.t)
+        self.compute_s += time.perf_counter() - started
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        frozen = {} if self.frozen_v is None else {"frozen_v": self.frozen_v.copy()}
+        return {**super().state_dict(), **frozen}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self.frozen_v = np.array(state["frozen_v"]) if "frozen_v" in state else None

@@ -1,0 +1,55 @@
+"""Neighbour exchange on a ring over a channel: each rank reads only its neighbours' keys.
+
+Every round a rank writes its message once, under a key of its own, and waits for the
+messages of its ring neighbours (rank - 1 and rank + 1; one neighbour when W = 2, none
+when W = 1). Nobody ever reads a key of a rank that is not its neighbour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from lambdaml import codec
+from lambdaml.comm.channel import ChannelCommunicator
+
+
+def ring_neighbours(rank: int, world: int) -> list[int]:
+    """The distinct ring neighbours of ``rank``: none for W = 1, one for W = 2, two from W = 3."""
+    return sorted({(rank - 1) % world, (rank + 1) % world} - {rank})
+
+
+def ring_weight(world: int) -> float:
+    """The mixing weight of a rank and of each neighbour: uniform, so the matrix is doubly stochastic."""
+    return 1.0 / (1 + len(ring_neighbours(0, world)))
+
+
+class RingExchange:
+    """Write my message for this round, read my neighbours' (codec bundles of named arrays)."""
+
+    tag = "ring"
+
+    def __init__(self, comm: ChannelCommunicator) -> None:
+        self.comm = comm
+        self.neighbours = ring_neighbours(comm.rank, comm.world_size)
+
+    def exchange(self, message: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+        """Send ``message`` to my neighbours and return theirs, by rank (empty when alone)."""
+        if not self.neighbours:
+            return {}
+        comm = self.comm
+        round_ = comm.next_round()
+        with comm.timed():
+            comm.channel.put(comm.key(round_, self.tag, rank=comm.rank), codec.encode_bundle(message))
+            keys = {j: comm.key(round_, self.tag, rank=j) for j in self.neighbours}
+            raw = comm.channel.wait_for(list(keys.values()), comm.timeout_s)
+            if comm.rank == 0:
+                # A neighbour that wrote round r has finished round r - 1, so the ranks h hops
+                # away have finished round r - h: every rank is past round r - W//2 and no
+                # one reads or writes it again.
+                comm.retire_round(round_ - comm.world_size // 2)
+            return {
+                j: dict(codec.decode_bundle(raw[key], what=f"rank {j}'s message of round {round_}"))
+                for j, key in keys.items()
+            }
