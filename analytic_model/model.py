@@ -233,14 +233,26 @@ def phase_s(channel: ChannelPerf, op: str, clients: int, count: int, size: float
     return max(call_s(channel, op, count, size), store_s(channel, op, trips, clients * count * size))
 
 
-def poll_s(channel: ChannelPerf, keys: int, others: int) -> float:
+@dataclass(frozen=True)
+class Poll:
+    """One poll: how long it takes, and how long after it is sent it sees the store's state."""
+
+    seconds: float
+    sees_after_s: float
+
+
+def poll_of(channel: ChannelPerf, keys: int, others: int) -> Poll:
     """One poll for ``keys`` missing values while ``others`` workers keep the store busy.
 
-    Its latency, or, where the store serves requests one after another (moto, a saturated
-    cache), its place in the queue behind one request of each other worker.
+    Unloaded, a poll takes its latency and sees the store half-way. Where the store serves
+    requests one after another (moto, a saturated cache) it waits its turn behind about one
+    request of each other worker, and sees the store when its turn comes.
     """
-    queued = channel.server_request("get") * (channel.round_trips("get", keys) + others)
-    return max(call_s(channel, "get", keys, 0), queued)
+    trips = channel.round_trips("get", keys)
+    unloaded = call_s(channel, "get", keys, 0)
+    queue = channel.server_request("get") * others
+    seconds = max(unloaded, queue + channel.server_request("get") * trips)
+    return Poll(seconds, max(unloaded / 2, queue))
 
 
 @dataclass(frozen=True)
@@ -255,25 +267,28 @@ class Polling:
     def of(cls, profile: Profile) -> Polling:
         return cls(profile.number("poll.initial_s"), profile.number("poll.factor"), profile.number("poll.max_s"))
 
-    def wait(self, waiting_s: float, poll_s: float) -> tuple[float, float]:
+    def wait(self, waiting_s: float, poll: Poll) -> tuple[float, float]:
         """(expected delay after the data landed, polls that found nothing) for a wait of ``waiting_s``.
 
-        A worker polls at once, then sleeps ``initial``, ``initial * factor`` ... between polls
-        that each take ``poll_s``. Data landing between two polls is seen by the next one: on
-        average half the gap after it landed.
+        A worker polls at once, then sleeps ``initial``, ``initial * factor`` ... between polls.
+        A poll that sees the store before the data landed misses; the next sees it, on average
+        half a gap after it landed. The delay returned excludes the part of the successful
+        poll that the get which follows it already counts.
         """
         if waiting_s <= 0:
             return 0.0, 0.0
-        start, delay, misses = 0.0, self.initial_s, 0
-        while True:
-            gap = poll_s + delay
-            if delay >= self.max_s:  # the interval stopped growing: count the rest at once
-                return gap / 2, float(misses + max(1, math.ceil((waiting_s - start) / gap)))
+        seen, delay, misses = poll.sees_after_s, self.initial_s, 0
+        while seen < waiting_s:
             misses += 1
-            if start + gap >= waiting_s:
-                return gap / 2, float(misses)
-            start += gap
+            gap = poll.seconds + delay
+            if delay >= self.max_s:  # the interval stopped growing: count the rest at once
+                misses += max(0, math.ceil((waiting_s - seen) / gap) - 1)
+                break
+            seen += gap
             delay = min(delay * self.factor, self.max_s)
+        if misses == 0:
+            return 0.0, 0.0
+        return max(gap / 2 - poll.sees_after_s, 0.0), float(misses)
 
 
 @dataclass(frozen=True)
@@ -284,25 +299,46 @@ class RoundCost:
 
 
 def collective(
-    channel: ChannelPerf, pattern: str, workers: int, vector_bytes: float, add_Bps: float, polling: Polling, header: int
+    channel: ChannelPerf,
+    pattern: str,
+    workers: int,
+    vector_bytes: float,
+    add_Bps: float,
+    polling: Polling,
+    header: int,
+    *,
+    shared_cpu: bool = False,
 ) -> RoundCost:
-    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it)."""
+    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it).
+
+    ``shared_cpu``: the workers and the store share a few cores (a local target), so rank 0's
+    clean-up of the previous round, run on a background thread, takes its time from the round.
+    """
     if workers <= 1:
         return RoundCost(0.0, Requests())
     if pattern == "allreduce":
-        return _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
-    if pattern == "scatter_reduce":
-        return _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
-    raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+        cost = _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
+    elif pattern == "scatter_reduce":
+        cost = _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
+    else:
+        raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    if shared_cpu:
+        chores = _cleanup_s(channel)
+        phases = {**cost.phases, "cleanup": chores}
+        return RoundCost(max(cost.phases["chain"] + chores, cost.phases["store_busy"]), cost.requests, phases)
+    return cost
+
+
+def _cleanup_s(channel: ChannelPerf) -> float:
+    return channel.cleanup_s if channel.cleanup_s is not None else 2 * channel.server_request("get")
 
 
 def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float) -> float:
     """Store time of a whole round, the previous round's clean-up included (rank 0 deletes it each round)."""
-    cleanup = channel.cleanup_s if channel.cleanup_s is not None else 2 * channel.server_request("get")
     return (
         store_s(channel, "put", requests.puts, requests.bytes_sent)
         + store_s(channel, "get", get_trips, requests.bytes_received)
-        + cleanup
+        + _cleanup_s(channel)
     )
 
 
@@ -344,7 +380,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
     reduce_ = (w - 1) * m / add_Bps
     put_merged = phase_s(channel, "put", 1, 1, m)
     get_merged = phase_s(channel, "get", w - 1, 1, m)
-    poll_gather, poll_merged = poll_s(channel, w - 1, w - 1), poll_s(channel, 1, w - 1)
+    poll_gather, poll_merged = poll_of(channel, w - 1, w - 1), poll_of(channel, 1, w - 1)
     # Steady state: the aggregator waits from the end of its compute for the others' puts, the
     # others wait from their put for the merged value; each wait ends half a poll gap late.
     late_agg = late_others = misses_agg = misses_others = 0.0
@@ -369,6 +405,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
         "put_merged": put_merged,
         "late_others": late_others,
         "get_merged": get_merged,
+        "chain": chain,
         "store_busy": busy,
     }
     return RoundCost(max(chain, busy), requests + _CLEANUP, phases)
@@ -384,7 +421,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     # Symmetric workers, but a store that serves them one after another finishes their puts in
     # turn: on average a worker waits for half of the others' share of the phase.
     spread = 0.0
-    poll = poll_s(channel, w - 1, w - 1)
+    poll = poll_of(channel, w - 1, w - 1)
     late_pieces, misses_pieces = polling.wait(spread * store_s(channel, "put", w * (w - 1) * items, 0), poll)
     late_merged, misses_merged = polling.wait(spread * store_s(channel, "put", w * items, 0), poll)
     chain = scatter + late_pieces + gather_pieces + reduce_ + put_merged + late_merged + gather_merged
@@ -401,6 +438,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
         "put_merged": put_merged,
         "late_merged": late_merged,
         "gather_merged": gather_merged,
+        "chain": chain,
         "store_busy": busy,
     }
     return RoundCost(max(chain, busy), requests + _CLEANUP, phases)
@@ -488,7 +526,10 @@ def predict_faas(
     add_Bps = profile.number("compute.add_Bps") * speed
 
     compute = round_compute_s(sched, rates, speed)
-    comm = collective(perf, pattern, workers, vector, add_Bps, Polling.of(profile), header)
+    polling = Polling.of(profile)
+    comm = collective(
+        perf, pattern, workers, vector, add_Bps, polling, header, shared_cpu=profile.shared_cores is not None
+    )
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
 

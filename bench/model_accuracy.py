@@ -7,9 +7,9 @@ for every configuration (channel x W x model size x pattern) with the local back
 worker processes as on Lambda, and compares the model's predicted time per epoch with
 the measured one.
 
-Measured: rank 0's time from the end of epoch 1 to the end of the last epoch, divided by
-the epochs in between (so process start-up and loading, which the model also predicts
-but separately, stay out). Predicted: ``predict_faas(...).round_s`` times the rounds per
+Measured: the median of rank 0's epoch durations after the first (so process start-up
+and loading, which the model also predicts but separately, stay out, and a burst of load
+from elsewhere on a shared machine moves the median less than the mean). Predicted: ``predict_faas(...).round_s`` times the rounds per
 epoch, from the profile calibrated in the same run. Every worker shares this machine's
 cores, and the profile says so (``faas.shared_cores``).
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import itertools
 import json
 import logging
 import statistics
@@ -118,7 +119,7 @@ def measure(
     )
     result = run_job(job, results_dir=None)
     elapsed = [point["elapsed_s"] for point in result["loss_curve"]]
-    per_epoch = (elapsed[-1] - elapsed[0]) / (epochs - 1)
+    per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load
     requests = sum(w["channel"]["requests"] for w in result["workers"])
     return per_epoch, requests
 

@@ -487,23 +487,23 @@ def _print_advice(advice: Any, *, every: bool) -> None:
     rows = [(p, id(p) in front) for p in sorted(advice.rows, key=lambda p: (p.time_s, p.cost))]
     title = "every configuration" if every else "the Pareto front (*) and the fastest of each channel and instance type"
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-    for column in ("", "configuration", "time", "cost", "start", "load", "compute", "comm"):
-        table.add_column(column, justify="left" if column in ("", "configuration") else "right")
+    for column in ("", "configuration", "time", "cost", "start+load", "compute", "comm"):
+        left = column in ("", "configuration")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
     short = {"allreduce": "AR", "scatter_reduce": "SR"}
     for p, best in rows if every else advice.summary_rows():
         t = p.time
         if p.platform == "faas":
             how = f" {p.option} {short.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
-            where = f"FaaS {p.workers:>3} x{how} {p.memory_mb}MB"
+            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB"
         else:
-            where = f"IaaS {p.workers:>3} x {p.option}"
+            where = f"IaaS {p.workers:>3} {p.option}"
         table.add_row(
             "*" if best else "",
             where,
             format_time(p.time_s),
             format_money(p.cost),
-            format_time(t["startup_s"]),
-            format_time(t["load_s"]),
+            format_time(t["startup_s"] + t["load_s"]),
             format_time(t["compute_s"]),
             format_time(t["communicate_s"] + t.get("checkpoint_s", 0.0) + t.get("continuation_s", 0.0)),
         )
