@@ -9,8 +9,9 @@ the measured one.
 
 Measured: the median of rank 0's epoch durations after the first (so process start-up
 and loading, which the model also predicts but separately, stay out, and a burst of load
-from elsewhere on a shared machine moves the median less than the mean). Predicted: ``predict_faas(...).round_s`` times the rounds per
-epoch, from the profile calibrated in the same run. Every worker shares this machine's
+from elsewhere on a shared machine moves the median less than the mean). Predicted:
+``predict_faas(...).round_s`` times the rounds per epoch, from the profile calibrated in
+the same run. Every worker shares this machine's
 cores, and the profile says so (``faas.shared_cores``).
 
 Prints a table (predicted, measured, error, and requests per round predicted against
