@@ -18,6 +18,7 @@ from typing import Any
 
 from analytic_model.model import (
     PATTERNS,
+    Infeasible,
     Prediction,
     Workload,
     iaas_fits,
@@ -184,18 +185,18 @@ def advise(
             if memory < need:
                 skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")
                 continue
-            if w == 1:  # nothing to synchronize: one row per memory size
-                rows.append(
-                    predict_faas(workload, 1, channel_list[0] if channel_list else "s3", PATTERNS[0], memory, profile,
-                                 region=region, cache_node=cache_node)
-                )  # fmt: skip
-                continue
-            for channel in channel_list:
-                for pattern in patterns:
+            # One worker has nothing to synchronize: one row per memory size.
+            combos = [(channel_list[0] if channel_list else "s3", PATTERNS[0])] if w == 1 else [
+                (channel, pattern) for channel in channel_list for pattern in patterns
+            ]  # fmt: skip
+            for channel, pattern in combos:
+                try:
                     rows.append(
                         predict_faas(workload, w, channel, pattern, memory, profile, region=region,
                                      cache_node=cache_node)
                     )  # fmt: skip
+                except Infeasible as exc:
+                    skipped.append(f"FaaS {w} x {memory} MB over {channel}: {exc}")
         for name in instance_list:
             if not iaas_fits(workload, w, name, profile):
                 skipped.append(f"IaaS {w} x {name}: its memory does not hold a shard of the dataset")

@@ -14,7 +14,7 @@ Everything here is arithmetic on a ``Profile``; nothing is measured or imported 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, astuple, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 from analytic_model.profile import ChannelPerf, InstanceSpec, ModelInfo, Profile, compute_key
@@ -28,6 +28,12 @@ _STATE_VECTORS = {"ga_sgd": 1, "ma_sgd": 2, "admm": 3, "kmeans": 1}  # params (+
 _STATS = 2  # sample count and loss sum travel with the vector (``_with_stats``)
 KB = 1024
 MB = 1024 * 1024
+
+
+class Infeasible(ConfigError):
+    """A configuration that cannot run at all (the advisor skips it and says why)."""
+
+
 _FIXED_POINT_STEPS = 8
 
 
@@ -299,46 +305,28 @@ class RoundCost:
 
 
 def collective(
-    channel: ChannelPerf,
-    pattern: str,
-    workers: int,
-    vector_bytes: float,
-    add_Bps: float,
-    polling: Polling,
-    header: int,
-    *,
-    shared_cpu: bool = False,
+    channel: ChannelPerf, pattern: str, workers: int, vector_bytes: float, add_Bps: float, polling: Polling, header: int
 ) -> RoundCost:
-    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it).
-
-    ``shared_cpu``: the workers and the store share a few cores (a local target), so rank 0's
-    clean-up of the previous round, run on a background thread, takes its time from the round.
-    """
+    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it)."""
     if workers <= 1:
         return RoundCost(0.0, Requests())
     if pattern == "allreduce":
-        cost = _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
-    elif pattern == "scatter_reduce":
-        cost = _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
-    else:
-        raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
-    if shared_cpu:
-        chores = _cleanup_s(channel)
-        phases = {**cost.phases, "cleanup": chores}
-        return RoundCost(max(cost.phases["chain"] + chores, cost.phases["store_busy"]), cost.requests, phases)
-    return cost
-
-
-def _cleanup_s(channel: ChannelPerf) -> float:
-    return channel.cleanup_s if channel.cleanup_s is not None else 2 * channel.server_request("get")
+        return _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
+    if pattern == "scatter_reduce":
+        return _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
+    raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
 
 
 def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float) -> float:
-    """Store time of a whole round, the previous round's clean-up included (rank 0 deletes it each round)."""
+    """Store time of a whole round, with rank 0's clean-up of the previous one (a listing and a batch delete).
+
+    The clean-up runs on a background thread, off the round's critical path, but the store
+    serves it all the same.
+    """
     return (
         store_s(channel, "put", requests.puts, requests.bytes_sent)
         + store_s(channel, "get", get_trips, requests.bytes_received)
-        + _cleanup_s(channel)
+        + 2 * channel.server_request("get")
     )
 
 
@@ -383,10 +371,13 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
     poll_gather, poll_merged = poll_of(channel, w - 1, w - 1), poll_of(channel, 1, w - 1)
     # Steady state: the aggregator waits from the end of its compute for the others' puts, the
     # others wait from their put for the merged value; each wait ends half a poll gap late.
+    # Each wait loses at least what a wait on symmetric workers loses (stragglers, scheduling).
     late_agg = late_others = misses_agg = misses_others = 0.0
+    straggle = channel.straggle(w)
     for _ in range(_FIXED_POINT_STEPS):
         late_agg, misses_agg = polling.wait(late_others + get_merged + put_others, poll_gather)
         late_others, misses_others = polling.wait(late_agg + gather + reduce_ + put_merged, poll_merged)
+        late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
     chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
     items = _items(channel, m)
     requests = pattern_requests("allreduce", w, m, items) + Requests(gets=(w - 1) * (misses_agg + misses_others))
@@ -418,25 +409,21 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     put_merged = phase_s(channel, "put", w, 1, piece)
     gather_merged = phase_s(channel, "get", w, w - 1, piece)
     items = _items(channel, piece)
-    # Symmetric workers, but a store that serves them one after another finishes their puts in
-    # turn: on average a worker waits for half of the others' share of the phase.
-    spread = 0.0
-    poll = poll_of(channel, w - 1, w - 1)
-    late_pieces, misses_pieces = polling.wait(spread * store_s(channel, "put", w * (w - 1) * items, 0), poll)
-    late_merged, misses_merged = polling.wait(spread * store_s(channel, "put", w * items, 0), poll)
-    chain = scatter + late_pieces + gather_pieces + reduce_ + put_merged + late_merged + gather_merged
-    misses = misses_pieces + misses_merged
+    # Symmetric workers: each of the two waits loses what a wait on stragglers loses.
+    straggle = channel.straggle(w)
+    misses = 2 * polling.wait(straggle, poll_of(channel, w - 1, w - 1))[1]
+    chain = scatter + straggle + gather_pieces + reduce_ + put_merged + straggle + gather_merged
     # A missed poll asks again for the keys still missing: about half of them, on average.
     requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=w * misses * (w - 1) / 2)
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + w * misses * channel.round_trips("get", w - 1)
     busy = _store_busy(channel, requests, get_trips)
     phases = {
         "scatter": scatter,
-        "late_pieces": late_pieces,
+        "late_pieces": straggle,
         "gather_pieces": gather_pieces,
         "reduce": reduce_,
         "put_merged": put_merged,
-        "late_merged": late_merged,
+        "late_merged": straggle,
         "gather_merged": gather_merged,
         "chain": chain,
         "store_busy": busy,
@@ -526,10 +513,7 @@ def predict_faas(
     add_Bps = profile.number("compute.add_Bps") * speed
 
     compute = round_compute_s(sched, rates, speed)
-    polling = Polling.of(profile)
-    comm = collective(
-        perf, pattern, workers, vector, add_Bps, polling, header, shared_cpu=profile.shared_cores is not None
-    )
+    comm = collective(perf, pattern, workers, vector, add_Bps, Polling.of(profile), header)
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
 
@@ -548,9 +532,9 @@ def predict_faas(
     # Continuations: a worker stops before the deadline, and a fresh invocation reloads its shard and state.
     usable = profile.number("lambda.timeout_s") - profile.number("lambda.continuation_margin_s")
     resume_s = profile.number("faas.warm_start_s") + load_s + 2 * (latency + state / network)
-    invocations = 1
-    while worker_s + (invocations - 1) * resume_s > invocations * usable and invocations < 100_000:
-        invocations += 1
+    if resume_s >= usable:
+        raise Infeasible(f"a continuation of {workers} workers would spend its whole invocation reloading")
+    invocations = max(1, math.ceil((worker_s - resume_s) / (usable - resume_s)))  # each resumes once more
     continuation_s = (invocations - 1) * resume_s
     total_s = startup_s + worker_s + continuation_s
 
@@ -673,7 +657,3 @@ def iaas_fits(workload: Workload, workers: int, instance_type: str, profile: Pro
     """Whether an instance holds its shard next to the training runtime."""
     instance = profile.instance(instance_type)
     return _fits(profile, "ec2", instance.memory_gib * KB, workload.dataset_bytes / workers)
-
-
-def with_epochs(workload: Workload, epochs: float) -> Workload:
-    return replace(workload, epochs=epochs, rounds=None)

@@ -44,7 +44,8 @@ class ChannelPerf:
     server_get_Bps: float | None = None
     max_item_bytes: int | None = None
     get_batch: int = 1  # keys one get request carries (MGET, multi-get, BatchGetItem); S3 reads one
-    cleanup_s: float | None = None  # store time of deleting one finished round (None: a listing and a delete)
+    wait_s: float = 0.0  # what a worker waiting on two others' values loses beyond the transfers
+    wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))
@@ -61,6 +62,10 @@ class ChannelPerf:
     def server_bandwidth(self, op: str) -> float | None:
         value = getattr(self, f"server_{op}_Bps")
         return None if value is None else float(value)
+
+    def straggle(self, workers: int) -> float:
+        """Expected loss of one wait for the values of ``workers`` symmetric workers."""
+        return self.wait_s + max(workers - 2, 0) * self.wait_per_worker_s
 
     def round_trips(self, op: str, keys: float) -> float:
         """Requests that carry ``keys`` values: gets are batched where the store allows it."""

@@ -21,6 +21,7 @@ how many (``faas.shared_cores``), so predictions for W workers on 2 cores are ho
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing as mp
 import os
@@ -173,19 +174,6 @@ def measure_channel(channel: Channel, effort: Effort) -> dict[str, float]:
         "bandwidth_put_Bps": 1.0 / _fit_slope(wire, put_medians),
         "bandwidth_get_Bps": 1.0 / _fit_slope(wire, get_medians),
     }
-
-
-def measure_cleanup(channel: Channel, effort: Effort, keys_per_round: int = 8) -> float:
-    """Deleting one finished round (a listing and a batch delete), as rank 0 does every round."""
-    job = f"calibrate-clean-{secrets.token_hex(3)}"
-    value = codec.encode(_value(SMALL_FLOATS))
-    times = []
-    for round_ in range(effort.repeats):
-        channel.put_many([(keys.comm_key(job, round_, "cal", rank=r), value) for r in range(keys_per_round)])
-        started = time.perf_counter()
-        channel.clear(keys.round_prefix(job, round_))
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _saturate(
@@ -392,6 +380,64 @@ def measure_load(store: Channel, effort: Effort) -> tuple[float, float]:
 # ---- whole profiles ---------------------------------------------------------------------------
 
 
+def _exchange(
+    spec_data: dict[str, Any], job: str, index: int, world: int, rounds: int, barrier: Any, results: Any
+) -> None:
+    """One of ``world`` processes that each put a value and wait for everyone else's, round after round."""
+    try:
+        channel = open_channel(ChannelSpec(**spec_data))
+        value = codec.encode(_value(SMALL_FLOATS))
+        ends = []
+        barrier.wait(PROBE_TIMEOUT_S)
+        for r in range(rounds):
+            channel.put(keys.comm_key(job, r, "x", rank=index), value)
+            others = [keys.comm_key(job, r, "x", rank=j) for j in range(world) if j != index]
+            channel.wait_for(others, PROBE_TIMEOUT_S)
+            ends.append(time.perf_counter())
+        channel.close()
+        results.put((index, ends, None))
+    except Exception as exc:  # reported to the parent as one line
+        results.put((index, [], f"{type(exc).__name__}: {exc}"))
+
+
+def measure_waits(spec: ChannelSpec, figures: dict[str, Any], effort: Effort) -> dict[str, float]:
+    """What a wait on other workers loses beyond the transfers: W processes exchange small values.
+
+    Each round every process puts one value and waits for the others' (the barrier the
+    patterns' phases amount to); the round's time beyond one put phase and one get phase is
+    polling granularity, stragglers and, on a shared machine, scheduling.
+    """
+    from analytic_model.model import phase_s
+    from analytic_model.profile import ChannelPerf
+
+    perf = ChannelPerf(spec.kind, **{k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__})
+    wire = len(codec.encode(_value(SMALL_FLOATS)))
+    rounds = max(10, 3 * effort.repeats)
+    ctx = mp.get_context("spawn")
+    losses: dict[int, float] = {}
+    for world in sorted({2, max(2, effort.processes)}):
+        job = f"calibrate-wait-{secrets.token_hex(3)}"
+        barrier = ctx.Barrier(world)
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=_exchange, args=(spec.model_dump(), job, i, world, rounds, barrier, results))
+            for i in range(world)
+        ]
+        reports = _run_all(procs, results, f"calibrating waits on {spec.kind}", PROBE_TIMEOUT_S)
+        failed = [error for _, _, error in reports if error]
+        if failed:
+            raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
+        with open_channel(spec) as channel:
+            channel.clear(keys.comm_prefix(job))
+        ends = next(e for i, e, _ in reports if i == 0)
+        round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
+        transfers = phase_s(perf, "put", world, 1, wire) + phase_s(perf, "get", world, world - 1, wire)
+        losses[world] = max(round_s - transfers, 0.0)
+    worlds = sorted(losses)
+    per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
+    return {"wait_s": losses[2], "wait_per_worker_s": max(per_worker, 0.0)}
+
+
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Everything the model needs to know about one channel."""
     say = say or (lambda _: None)
@@ -400,11 +446,12 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         channel.ensure()
         channel.ping()
         figures: dict[str, Any] = dict(measure_channel(channel, effort))
-        figures["cleanup_s"] = measure_cleanup(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
         figures["max_item_bytes"] = channel.max_item_bytes
     say(f"channel {spec.kind}: {effort.processes} processes at once")
     figures.update(measure_store(spec, effort, large_floats))
+    say(f"channel {spec.kind}: waiting on other workers")
+    figures.update(measure_waits(spec, figures, effort))
     return figures
 
 
