@@ -372,22 +372,26 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
     # Steady state: the aggregator waits from the end of its compute for the others' puts, the
     # others wait from their put for the merged value; each wait ends half a poll gap late.
     # Each wait loses at least what a wait on symmetric workers loses (stragglers, scheduling).
+    # Where the store (or the shared machine) is the bottleneck every phase stretches, the
+    # waits with it, and the polls of the waiting workers add to the load: iterate to a fixed point.
     late_agg = late_others = misses_agg = misses_others = 0.0
     straggle = channel.straggle(w)
-    for _ in range(_FIXED_POINT_STEPS):
-        late_agg, misses_agg = polling.wait(late_others + get_merged + put_others, poll_gather)
-        late_others, misses_others = polling.wait(late_agg + gather + reduce_ + put_merged, poll_merged)
-        late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
-    chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
     items = _items(channel, m)
-    requests = pattern_requests("allreduce", w, m, items) + Requests(gets=(w - 1) * (misses_agg + misses_others))
-    get_trips = (
-        channel.round_trips("get", (w - 1) * items)
-        + (w - 1) * channel.round_trips("get", items)
-        + misses_agg * channel.round_trips("get", w - 1)
-        + (w - 1) * misses_others
-    )
-    busy = _store_busy(channel, requests, get_trips)
+    stretch = 1.0
+    for _ in range(_FIXED_POINT_STEPS):
+        late_agg, misses_agg = polling.wait(stretch * (get_merged + put_others) + late_others, poll_gather)
+        late_others, misses_others = polling.wait(stretch * (gather + reduce_ + put_merged) + late_agg, poll_merged)
+        late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
+        chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
+        requests = pattern_requests("allreduce", w, m, items) + Requests(gets=(w - 1) * (misses_agg + misses_others))
+        get_trips = (
+            channel.round_trips("get", (w - 1) * items)
+            + (w - 1) * channel.round_trips("get", items)
+            + misses_agg * channel.round_trips("get", w - 1)
+            + (w - 1) * misses_others
+        )
+        busy = _store_busy(channel, requests, get_trips)
+        stretch = max(1.0, busy / chain)
     phases = {
         "put": put_others,
         "late_aggregator": late_agg,

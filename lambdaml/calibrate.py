@@ -112,11 +112,8 @@ def _sizes(channel: Channel, largest: int) -> list[int]:
 
 
 def _fit_slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
-    """Least-squares seconds per byte through the measured sizes."""
-    mean_x, mean_y = statistics.fmean(sizes), statistics.fmean(seconds)
-    num = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds, strict=True))
-    den = sum((x - mean_x) ** 2 for x in sizes)
-    return max(num / den, 1e-12) if den else 1e-12
+    """Least-squares seconds per byte through the measured sizes (never zero: a bandwidth is finite)."""
+    return max(statistics.linear_regression(sizes, seconds).slope, 1e-12)
 
 
 def measure_channel(channel: Channel, effort: Effort) -> dict[str, float]:
