@@ -566,7 +566,7 @@ def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec
                 region=stack.region,
             )  # fmt: skip
         elif kind in ("redis", "memcached"):
-            if stack.outputs.get("CacheKind") != kind or "CacheEndpoint" not in stack.outputs:
+            if "CacheEndpoint" not in stack.outputs or stack.outputs.get("CacheKind", kind) != kind:
                 raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
             host, _, port = stack.outputs["CacheEndpoint"].partition(":")
             tls = kind == "redis" and not stack.endpoints  # ElastiCache Redis in the template speaks TLS only
