@@ -501,8 +501,8 @@ def calibrate(
         "compute": compute,
         "faas": faas,
     }
-    if shared_cores is not None:
-        # Local worker processes neither checkpoint nor pay for an INIT phase.
+    if target == "local":
+        # The local backend's worker processes neither checkpoint nor pay for an INIT phase.
         profile["lambda"] = {"checkpoint_every": None, "init_billed": False}
     return profile
 
