@@ -392,9 +392,9 @@ def _exchange(
             channel.wait_for(others, PROBE_TIMEOUT_S)
             ends.append(time.perf_counter())
         channel.close()
-        results.put((index, ends, None))
+        results.put((index, (ends, channel.stats.gets), None))
     except Exception as exc:  # reported to the parent as one line
-        results.put((index, [], f"{type(exc).__name__}: {exc}"))
+        results.put((index, ([], 0), f"{type(exc).__name__}: {exc}"))
 
 
 def measure_waits(spec: ChannelSpec, figures: dict[str, Any], effort: Effort) -> dict[str, float]:
@@ -405,9 +405,11 @@ def measure_waits(spec: ChannelSpec, figures: dict[str, Any], effort: Effort) ->
     polling granularity, stragglers and, on a shared machine, scheduling.
     """
     from analytic_model.model import phase_s
-    from analytic_model.profile import ChannelPerf
+    from analytic_model.profile import ChannelPerf, aws_profile
 
-    perf = ChannelPerf(spec.kind, **{k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__})
+    known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
+    batch = aws_profile().channel(spec.kind).get_batch  # the channel's batching is code, not measured
+    perf = ChannelPerf(spec.kind, **{"get_batch": batch, **known})
     wire = len(codec.encode(_value(SMALL_FLOATS)))
     rounds = max(10, 3 * effort.repeats)
     ctx = mp.get_context("spawn")
@@ -426,10 +428,16 @@ def measure_waits(spec: ChannelSpec, figures: dict[str, Any], effort: Effort) ->
             raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
         with open_channel(spec) as channel:
             channel.clear(keys.comm_prefix(job))
-        ends = next(e for i, e, _ in reports if i == 0)
+        ends = next(e for i, (e, _), _ in reports if i == 0)
         round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
         transfers = phase_s(perf, "put", world, 1, wire) + phase_s(perf, "get", world, world - 1, wire)
-        losses[world] = max(round_s - transfers, 0.0)
+        # Where the store serves requests one after another, the round is its busy time, the
+        # polls that found nothing included: that is not a loss the model must add on top.
+        missed = max(sum(gets for _, (_, gets), _ in reports) / rounds - world * (world - 1), 0.0)
+        busy = world * perf.server_request("put") + perf.server_request("get") * (
+            world * perf.round_trips("get", world - 1) + missed / max(min(world - 1, perf.get_batch), 1)
+        )
+        losses[world] = max(round_s - max(transfers, busy), 0.0)
     worlds = sorted(losses)
     per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
     return {"wait_s": losses[2], "wait_per_worker_s": max(per_worker, 0.0)}
