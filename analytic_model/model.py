@@ -211,12 +211,16 @@ def _items(channel: ChannelPerf, size: float) -> int:
     return parts if parts == 1 else parts + 1
 
 
-def call_s(channel: ChannelPerf, op: str, count: int, size: float) -> float:
-    """One worker's call that puts or gets ``count`` values of ``size`` bytes (concurrently or batched)."""
+def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 1) -> float:
+    """One worker's call that puts or gets ``count`` values of ``size`` bytes (concurrently or batched).
+
+    ``crowd``: workers moving bytes at the same time (on a shared machine they slow each other).
+    """
     if count <= 0:
         return 0.0
     items = count * _items(channel, size)
-    seconds = channel.latency(op) + (items - 1) * channel.extra(op) + count * size / channel.bandwidth(op)
+    byte_s = count * size / channel.bandwidth(op) * (1.0 + channel.crowding * (crowd - 1))
+    seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
     if _parts(channel, size) > 1:
         seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
     return seconds
@@ -236,7 +240,7 @@ def phase_s(channel: ChannelPerf, op: str, clients: int, count: int, size: float
     if clients <= 0 or count <= 0:
         return 0.0
     trips = clients * channel.round_trips(op, count * _items(channel, size))
-    return max(call_s(channel, op, count, size), store_s(channel, op, trips, clients * count * size))
+    return max(call_s(channel, op, count, size, clients), store_s(channel, op, trips, clients * count * size))
 
 
 @dataclass(frozen=True)
@@ -315,6 +319,12 @@ def collective(
     if pattern == "scatter_reduce":
         return _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
     raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+
+
+def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
+    """A round: its critical path, which runs through rank 0 and so pays for the CPU of rank 0's
+    clean-up thread, or the store's busy time, whichever is longer."""
+    return max(chain + channel.cleanup_cpu_s, busy)
 
 
 def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float) -> float:
@@ -403,7 +413,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(max(chain, busy), requests + _CLEANUP, phases)
+    return RoundCost(_round(chain, busy, channel), requests + _CLEANUP, phases)
 
 
 def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
@@ -432,7 +442,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(max(chain, busy), requests + _CLEANUP, phases)
+    return RoundCost(_round(chain, busy, channel), requests + _CLEANUP, phases)
 
 
 def ring_allreduce_s(workers: int, vector_bytes: float, network_Bps: float, step_latency_s: float) -> float:

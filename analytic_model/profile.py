@@ -46,6 +46,8 @@ class ChannelPerf:
     get_batch: int = 1  # keys one get request carries (MGET, multi-get, BatchGetItem); S3 reads one
     wait_s: float = 0.0  # what a worker waiting on two others' values loses beyond the transfers
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
+    crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
+    cleanup_cpu_s: float = 0.0  # rank 0's CPU for deleting the previous round: its background thread holds the GIL
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))

@@ -14,8 +14,10 @@ from elsewhere on a shared machine moves the median less than the mean). Predict
 the same run. Every worker shares this machine's
 cores, and the profile says so (``faas.shared_cores``).
 
-Prints a table (predicted, measured, error, and requests per round predicted against
-counted) with the median and largest absolute error, and writes
+Every configuration is measured in two passes a minute or two apart (``--repeat``); the
+measured time is their median, and their spread is the machine's own noise, printed next
+to the model's error. Prints a table (predicted, measured, error, spread, and requests per
+round predicted against counted) with the median and largest absolute error, and writes
 ``bench/results/model_accuracy.csv``, the profile (``model_accuracy_profile.json``) and
 a predicted-against-measured plot (``model_accuracy.png``).
 """
@@ -85,6 +87,7 @@ class Outcome:
     measured_s: float
     predicted_requests: float  # per round, all workers
     measured_requests: float
+    spread: float = 0.0  # (largest - smallest) / mean of the repeated measurements: the machine's noise
 
     @property
     def error(self) -> float:
@@ -140,11 +143,13 @@ def write_outputs(outcomes: list[Outcome]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with (RESULTS / "model_accuracy.csv").open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["channel", "W", "size", "pattern", "predicted_s", "measured_s", "error", "pred_req", "req"])
+        out.writerow(
+            ["channel", "W", "size", "pattern", "predicted_s", "measured_s", "error", "spread", "pred_req", "req"]
+        )
         for o in outcomes:
             out.writerow(
                 [o.channel, o.workers, o.size, o.pattern, f"{o.predicted_s:.5f}", f"{o.measured_s:.5f}",
-                 f"{o.error:.4f}", f"{o.predicted_requests:.1f}", f"{o.measured_requests:.1f}"]
+                 f"{o.error:.4f}", f"{o.spread:.4f}", f"{o.predicted_requests:.1f}", f"{o.measured_requests:.1f}"]
             )  # fmt: skip
     try:
         import matplotlib
@@ -173,18 +178,19 @@ def write_outputs(outcomes: list[Outcome]) -> None:
 
 def print_table(outcomes: list[Outcome]) -> None:
     print(
-        "| channel | W | model | pattern | predicted s/epoch | measured s/epoch | error | requests/round: model, run |"
+        "| channel | W | model | pattern | predicted s/epoch | measured s/epoch | error | run spread | requests/round |"
     )
-    print("|---|--:|---|---|--:|--:|--:|--:|")
+    print("|---|--:|---|---|--:|--:|--:|--:|--:|")
     for o in outcomes:
         print(
             f"| {o.channel} | {o.workers} | {o.size} | {o.pattern} | {o.predicted_s:.3f} | {o.measured_s:.3f} | "
-            f"{o.error:+.0%} | {o.predicted_requests:.0f} / {o.measured_requests:.0f} |"
+            f"{o.error:+.0%} | {o.spread:.0%} | {o.predicted_requests:.0f} / {o.measured_requests:.0f} |"
         )
     errors = [abs(o.error) for o in outcomes]
     print(
         f"\n{len(outcomes)} configurations: median absolute error {statistics.median(errors):.1%}, "
-        f"largest {max(errors):.1%} (targets: median <= 15%, none above 35%)"
+        f"largest {max(errors):.1%} (targets: median <= 15%, none above 35%); median spread between "
+        f"passes {statistics.median(o.spread for o in outcomes):.1%} (the machine's own noise)"
     )
 
 
@@ -197,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is not timed")
     parser.add_argument("--profile", type=Path, default=None, help="use this saved profile instead of calibrating")
+    parser.add_argument("--repeat", type=int, default=2, help="passes over the configurations (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
@@ -205,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     worlds = [int(w) for w in args.workers.split(",")]
     sizes = [SIZES[s] for s in args.sizes.split(",")]
     patterns = args.patterns.split(",")
-    if args.epochs < 2 or any(SHARDS % w for w in worlds) or set(kinds) - set(KINDS):
-        parser.error("need --epochs >= 2, W dividing 4, channels among " + ",".join(KINDS))
+    if args.epochs < 2 or args.repeat < 1 or any(SHARDS % w for w in worlds) or set(kinds) - set(KINDS):
+        parser.error("need --epochs >= 2, --repeat >= 1, W dividing 4, channels among " + ",".join(KINDS))
 
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -250,23 +257,29 @@ def main(argv: list[str] | None = None) -> int:
                 measured["channels"][kind] = channel_figures(chosen[kind], Effort(), step)
             path = save_profile(measured, RESULTS / "model_accuracy_profile.json")
             profile = load_profile(path)
-            for size in sizes:
-                for workers in worlds:
-                    for pattern in patterns:
-                        measured_s, requests = measure(
-                            storage, chosen[kind], datasets[size.name], workers, pattern, args.epochs
-                        )
-                        predicted_s, predicted_requests, rounds = predict(profile, size, kind, workers, pattern)
-                        outcome = Outcome(
-                            kind, workers, size.name, pattern, predicted_s, measured_s, predicted_requests,
-                            requests / (rounds * args.epochs),
-                        )  # fmt: skip
-                        outcomes.append(outcome)
-                        log.info(
-                            "[%4.0fs] %s W=%d %s %s: predicted %.3fs, measured %.3fs (%+.0f%%)",
-                            time.monotonic() - started, kind, workers, size.name, pattern, predicted_s,
-                            measured_s, 100 * outcome.error,
-                        )  # fmt: skip
+            configs = [(size, w, pattern) for size in sizes for w in worlds for pattern in patterns]
+            runs: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
+            for repeat in range(args.repeat):  # repeats a minute apart: what the machine's noise does
+                for size, workers, pattern in configs:
+                    runs.setdefault((size.name, workers, pattern), []).append(
+                        measure(storage, chosen[kind], datasets[size.name], workers, pattern, args.epochs)
+                    )
+                    log.info(
+                        "[%4.0fs] %s W=%d %s %s (pass %d): %.3fs per epoch",
+                        time.monotonic() - started, kind, workers, size.name, pattern, repeat + 1,
+                        runs[(size.name, workers, pattern)][-1][0],
+                    )  # fmt: skip
+            for size, workers, pattern in configs:
+                times = [t for t, _ in runs[(size.name, workers, pattern)]]
+                requests = statistics.fmean(r for _, r in runs[(size.name, workers, pattern)])
+                predicted_s, predicted_requests, rounds = predict(profile, size, kind, workers, pattern)
+                mean = statistics.fmean(times)
+                outcomes.append(
+                    Outcome(
+                        kind, workers, size.name, pattern, predicted_s, statistics.median(times), predicted_requests,
+                        requests / (rounds * args.epochs), (max(times) - min(times)) / mean,
+                    )
+                )  # fmt: skip
     print()
     print_table(outcomes)
     write_outputs(outcomes)

@@ -377,19 +377,33 @@ def measure_load(store: Channel, effort: Effort) -> tuple[float, float]:
 # ---- whole profiles ---------------------------------------------------------------------------
 
 
+def measure_cleanup_cpu(channel: Channel, effort: Effort, keys_per_round: int = 4) -> float:
+    """CPU seconds this process spends deleting one finished round, as rank 0 does every round."""
+    job = f"calibrate-clean-{secrets.token_hex(3)}"
+    value = codec.encode(_value(SMALL_FLOATS))
+    times = []
+    for round_ in range(effort.repeats):
+        channel.put_many([(keys.comm_key(job, round_, "cal", rank=r), value) for r in range(keys_per_round)])
+        started = time.process_time()
+        channel.clear(keys.round_prefix(job, round_))
+        times.append(time.process_time() - started)
+    return statistics.median(times)
+
+
 def _exchange(
-    spec_data: dict[str, Any], job: str, index: int, world: int, rounds: int, barrier: Any, results: Any
+    spec_data: dict[str, Any], job: str, index: int, world: int, floats: int, rounds: int, barrier: Any, results: Any
 ) -> None:
     """One of ``world`` processes that each put a value and wait for everyone else's, round after round."""
     try:
         channel = open_channel(ChannelSpec(**spec_data))
-        value = codec.encode(_value(SMALL_FLOATS))
+        value = _value(floats, seed=index)
         ends = []
         barrier.wait(PROBE_TIMEOUT_S)
         for r in range(rounds):
-            channel.put(keys.comm_key(job, r, "x", rank=index), value)
+            channel.put(keys.comm_key(job, r, "x", rank=index), codec.encode(value))
             others = [keys.comm_key(job, r, "x", rank=j) for j in range(world) if j != index]
-            channel.wait_for(others, PROBE_TIMEOUT_S)
+            for raw in channel.wait_for(others, PROBE_TIMEOUT_S).values():
+                codec.decode(raw, dtype=value.dtype, shape=value.shape)
             ends.append(time.perf_counter())
         channel.close()
         results.put((index, (ends, channel.stats.gets), None))
@@ -397,50 +411,69 @@ def _exchange(
         results.put((index, ([], 0), f"{type(exc).__name__}: {exc}"))
 
 
-def measure_waits(spec: ChannelSpec, figures: dict[str, Any], effort: Effort) -> dict[str, float]:
-    """What a wait on other workers loses beyond the transfers: W processes exchange small values.
+def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> tuple[float, float]:
+    """(median round, gets per round over all processes) of ``world`` processes exchanging values."""
+    ctx = mp.get_context("spawn")
+    job = f"calibrate-exchange-{secrets.token_hex(3)}"
+    barrier = ctx.Barrier(world)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_exchange, args=(spec.model_dump(), job, i, world, floats, rounds, barrier, results))
+        for i in range(world)
+    ]
+    reports = _run_all(procs, results, f"calibrating waits on {spec.kind}", PROBE_TIMEOUT_S)
+    failed = [error for _, _, error in reports if error]
+    if failed:
+        raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
+    with open_channel(spec) as channel:
+        channel.clear(keys.comm_prefix(job))
+    ends = next(e for i, (e, _), _ in reports if i == 0)
+    round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
+    return round_s, sum(gets for _, (_, gets), _ in reports) / rounds
 
-    Each round every process puts one value and waits for the others' (the barrier the
-    patterns' phases amount to); the round's time beyond one put phase and one get phase is
-    polling granularity, stragglers and, on a shared machine, scheduling.
+
+def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
+    """What W workers that exchange values lose beyond one worker's transfers, measured with W processes.
+
+    Each round every process puts one value and waits for and reads the others' (what every
+    phase of the patterns amounts to). With small values, the round's time beyond one put
+    phase and one get phase is what a wait loses: polling granularity, stragglers and, on a
+    shared machine, scheduling. With large values, what the bytes cost beyond one worker's
+    bandwidth is crowding: workers that move bytes at once slow each other down.
     """
-    from analytic_model.model import phase_s
+    from analytic_model.model import phase_s, store_s
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
     batch = aws_profile().channel(spec.kind).get_batch  # the channel's batching is code, not measured
     perf = ChannelPerf(spec.kind, **{"get_batch": batch, **known})
-    wire = len(codec.encode(_value(SMALL_FLOATS)))
-    rounds = max(10, 3 * effort.repeats)
-    ctx = mp.get_context("spawn")
+    small, large = (len(codec.encode(_value(n))) for n in (SMALL_FLOATS, large_floats))
+    rounds = max(10, 2 * effort.repeats)
     losses: dict[int, float] = {}
+    crowding: list[float] = []
     for world in sorted({2, max(2, effort.processes)}):
-        job = f"calibrate-wait-{secrets.token_hex(3)}"
-        barrier = ctx.Barrier(world)
-        results = ctx.Queue()
-        procs = [
-            ctx.Process(target=_exchange, args=(spec.model_dump(), job, i, world, rounds, barrier, results))
-            for i in range(world)
-        ]
-        reports = _run_all(procs, results, f"calibrating waits on {spec.kind}", PROBE_TIMEOUT_S)
-        failed = [error for _, _, error in reports if error]
-        if failed:
-            raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
-        with open_channel(spec) as channel:
-            channel.clear(keys.comm_prefix(job))
-        ends = next(e for i, (e, _), _ in reports if i == 0)
-        round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
-        transfers = phase_s(perf, "put", world, 1, wire) + phase_s(perf, "get", world, world - 1, wire)
+        small_s, gets = _exchange_round(spec, world, SMALL_FLOATS, rounds)
+        transfers = phase_s(perf, "put", world, 1, small) + phase_s(perf, "get", world, world - 1, small)
         # Where the store serves requests one after another, the round is its busy time, the
         # polls that found nothing included: that is not a loss the model must add on top.
-        missed = max(sum(gets for _, (_, gets), _ in reports) / rounds - world * (world - 1), 0.0)
+        missed = max(gets - world * (world - 1), 0.0)
         busy = world * perf.server_request("put") + perf.server_request("get") * (
             world * perf.round_trips("get", world - 1) + missed / max(min(world - 1, perf.get_batch), 1)
         )
-        losses[world] = max(round_s - max(transfers, busy), 0.0)
+        losses[world] = max(small_s - max(transfers, busy), 0.0)
+        large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 2))
+        extra = large - small
+        alone = extra / perf.bandwidth("put") + (world - 1) * extra / perf.bandwidth("get")
+        store = store_s(perf, "put", 0, world * extra) + store_s(perf, "get", 0, world * (world - 1) * extra)
+        if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
+            crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
     worlds = sorted(losses)
     per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
-    return {"wait_s": losses[2], "wait_per_worker_s": max(per_worker, 0.0)}
+    return {
+        "wait_s": losses[2],
+        "wait_per_worker_s": max(per_worker, 0.0),
+        "crowding": statistics.fmean(crowding) if crowding else 0.0,
+    }
 
 
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -451,12 +484,13 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         channel.ensure()
         channel.ping()
         figures: dict[str, Any] = dict(measure_channel(channel, effort))
+        figures["cleanup_cpu_s"] = measure_cleanup_cpu(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
         figures["max_item_bytes"] = channel.max_item_bytes
     say(f"channel {spec.kind}: {effort.processes} processes at once")
     figures.update(measure_store(spec, effort, large_floats))
-    say(f"channel {spec.kind}: waiting on other workers")
-    figures.update(measure_waits(spec, figures, effort))
+    say(f"channel {spec.kind}: workers exchanging values")
+    figures.update(measure_exchange(spec, figures, effort, large_floats))
     return figures
 
 
