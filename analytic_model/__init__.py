@@ -1,5 +1,24 @@
-"""Analytic time/cost model of FaaS and IaaS training (pure Python, no boto3).
+"""Analytic time/cost model of FaaS and IaaS training, calibration profiles and advice (pure Python, no boto3).
 
-The model itself arrives with its own issue; this package exists so the layout, the
-linters and the type checker cover it from the start.
+- ``Workload``: the model, data and algorithm; ``predict_faas`` / ``predict_iaas``: one configuration.
+- ``advise``: every configuration, the Pareto front of time against cost, a recommendation.
+- ``load_profile``: the shipped AWS defaults (``aws_defaults.json``), optionally with a profile
+  from ``lambdaml calibrate`` laid over them. Prices are in ``prices.json``.
 """
+
+from analytic_model.advisor import Advice, advise, pareto_front
+from analytic_model.model import Prediction, Workload, predict_faas, predict_iaas
+from analytic_model.profile import Profile, aws_profile, load_profile
+
+__all__ = [
+    "Advice",
+    "Prediction",
+    "Profile",
+    "Workload",
+    "advise",
+    "aws_profile",
+    "load_profile",
+    "pareto_front",
+    "predict_faas",
+    "predict_iaas",
+]

@@ -9,6 +9,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -103,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--seed", type=int, default=0)
     _storage_args(prepare)
 
+    _advisor_parsers(commands)
+
     demo = commands.add_parser("demo", help="train LR on synthetic Higgs-like data on an embedded local S3")
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--epochs", type=int, default=5)
@@ -119,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
         handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
+        handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
         handler = handlers[args.command]
         return handler(args)
     except LambdaMLError as exc:
@@ -323,6 +327,279 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plot_comparison(results, args.plot)
     console.print(f"plot: {args.plot}")
     return 0
+
+
+# --- calibrate and advise ---------------------------------------------------------------
+
+
+def _advisor_parsers(commands: Any) -> None:
+    calibrate = commands.add_parser(
+        "calibrate", help="measure channels, compute and start-up here (or on a stack) for the cost model"
+    )
+    calibrate.add_argument("--stack", default=None, help="measure this stack's channels (default: local services)")
+    calibrate.add_argument("--channels", default="s3,redis,memcached,dynamodb", help="comma-separated kinds")
+    calibrate.add_argument("--model", default="lr", help="model whose per-sample compute is timed (default: lr)")
+    calibrate.add_argument("--features", type=int, default=28, help="its width (default: 28, as Higgs)")
+    calibrate.add_argument("--sparse", action="store_true", help="time it on sparse (CSR) rows")
+    calibrate.add_argument("--batch-size", type=int, default=100, help="batch size per worker (default: 100)")
+    calibrate.add_argument("--endpoint-url", default=None, help="a running S3/DynamoDB endpoint (default: start moto)")
+    calibrate.add_argument("--redis", default=None, metavar="HOST:PORT", help="a running Redis (default: start one)")
+    calibrate.add_argument("--memcached", default=None, metavar="HOST:PORT", help="a running Memcached")
+    calibrate.add_argument("--quick", action="store_true", help="fewer repeats (seconds instead of a minute)")
+    calibrate.add_argument("--out", default=None, help="profile file (default: ~/.lambdaml/profiles/TARGET.json)")
+
+    advise = commands.add_parser("advise", help="predict time and cost on Lambda and EC2, and recommend one")
+    advise.add_argument("--model", required=True, help="lr, svm, kmeans, mlp, mobilenet, resnet18, resnet50")
+    advise.add_argument("--dataset-bytes", required=True, help="dataset size, e.g. 8e9, 800MB, 1.5GiB")
+    advise.add_argument("--samples", required=True, help="training rows")
+    advise.add_argument("--features", default="0", help="features per row (sizes lr, svm, kmeans, mlp)")
+    advise.add_argument("--params", default=None, help="parameter count (overrides the model's)")
+    advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
+    advise.add_argument("--k", default="8", help="kmeans clusters")
+    advise.add_argument("--sparse", action="store_true", help="sparse rows (uses a profile's sparse timing)")
+    advise.add_argument("--algorithm", default="ga_sgd", help="ga_sgd, ma_sgd, admm, kmeans")
+    advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
+    advise.add_argument("--batch-size", default="100", help="batch size per worker")
+    advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")
+    length = advise.add_mutually_exclusive_group()
+    length.add_argument("--epochs", default=None, help="epochs to the target loss (default 10)")
+    length.add_argument("--rounds", default=None, help="collective rounds to the target loss, whatever W")
+    length.add_argument("--from-result", default=None, metavar="RESULT.json", help="a short measured run's result")
+    advise.add_argument("--target-loss", default=None, help="with --from-result: the loss to reach")
+    advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
+    advise.add_argument("--channels", default=None, help="channels to try (default: all the profile knows)")
+    advise.add_argument("--patterns", default="allreduce,scatter_reduce")
+    advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
+    advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
+    advise.add_argument("--region", default="us-east-1")
+    advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
+    advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
+    advise.add_argument("--plot", default=None, metavar="FILE.png", help="write the cost-against-time picture")
+    advise.add_argument("--json", action="store_true", help="print the whole advice as JSON")
+    advise.add_argument("--all", action="store_true", help="print every configuration, not just the summary")
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"--{what} names nothing")
+    return names
+
+
+def _number(text: str | None, what: str, *, integer: bool = False) -> float:
+    """A positive number from an option (``11e6`` counts as whole); one line naming the option otherwise."""
+    kind = "a whole number" if integer else "a number"
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"--{what} must be {kind}, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"--{what} must be positive, got {text!r}")
+    if integer and value != int(value):
+        raise ConfigError(f"--{what} must be {kind}, got {text!r}")
+    return int(value) if integer else value
+
+
+def profile_path(name: str) -> Path:
+    """A profile given by path, or by the name ``lambdaml calibrate`` saved it under."""
+    from lambdaml import settings
+
+    path = Path(name)
+    if path.is_file() or path.suffix == ".json" or "/" in name:
+        return path
+    return settings.home() / "profiles" / f"{name}.json"
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from analytic_model.profile import save_profile
+    from lambdaml import calibrate as cal
+    from lambdaml.models import MODELS
+
+    kinds = _names(args.channels, "channels")
+    unknown = [k for k in kinds if k not in cal.KINDS]
+    if unknown:
+        raise ConfigError(f"unknown channel {unknown[0]!r}; known: {', '.join(cal.KINDS)}")
+    MODELS.get(args.model)  # an unknown model fails here, with the known ones
+    if args.features < 1 or args.batch_size < 2:
+        raise ConfigError("--features must be at least 1 and --batch-size at least 2")
+    probe = cal.ComputeProbe(
+        args.model, args.features, args.sparse, args.batch_size, rows=max(4000, 4 * args.batch_size)
+    )
+    effort = cal.Effort.quick() if args.quick else cal.Effort()
+
+    def step(what: str) -> None:
+        console.print(f"  measuring {what} ...")
+
+    target = f"stack:{args.stack}" if args.stack else "local"
+    if args.stack:
+        specs, storage, local, stack = cal.stack_target(args.stack, kinds)
+        step("the stack's function start-up")
+        first, warm, invoke = cal.measure_stack_startup(stack, effort.repeats)
+        # On AWS the functions' CPUs are not this machine's: keep the shipped compute defaults there.
+        probes = [probe] if local else []
+        measured = cal.calibrate(
+            specs, probes, storage=storage, effort=effort, target=target,
+            shared_cores=cal.cores() if local else None, startup=(first, invoke), on_step=step,
+        )  # fmt: skip
+        measured["faas"]["warm_start_s"] = warm
+        if not local:
+            measured["_source"] += " (channels timed from this machine, not from inside Lambda)"
+    else:
+        with cal.local_channels(kinds, endpoint_url=args.endpoint_url, redis=args.redis, memcached=args.memcached) as (
+            specs,
+            storage,
+        ):
+            measured = cal.calibrate(
+                specs, [probe], storage=storage, effort=effort, target=target, shared_cores=cal.cores(), on_step=step
+            )
+    out = Path(args.out) if args.out else profile_path(args.stack or "local")
+    path = save_profile(measured, out)
+    _print_profile(measured)
+    console.print(f"profile: {path}", soft_wrap=True)
+    console.print(f"use it with: lambdaml advise ... --profile {path}", soft_wrap=True)
+    return 0
+
+
+def _print_profile(measured: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"channels ({measured['target']})", title_justify="left")
+    for column in ("channel", "put ms", "get ms", "put MB/s", "get MB/s", "store ms/request"):
+        table.add_column(column, justify="right")
+    for kind, c in sorted(measured["channels"].items()):
+        table.add_row(
+            kind,
+            f"{c['latency_put_s'] * 1e3:.2f}",
+            f"{c['latency_get_s'] * 1e3:.2f}",
+            f"{c['bandwidth_put_Bps'] / 1e6:.0f}",
+            f"{c['bandwidth_get_Bps'] / 1e6:.0f}",
+            f"{c['server_get_s'] * 1e3:.3f}",
+        )
+    console.print(table)
+    for key, m in measured.get("compute", {}).get("measured", {}).items():
+        console.print(
+            f"compute {key}: {m['per_sample_s'] * 1e6:.3f} us per sample, {m['per_step_s'] * 1e6:.0f} us per step",
+            soft_wrap=True,
+        )
+    faas = measured.get("faas", {})
+    cores = faas.get("shared_cores")
+    console.print(
+        f"worker start-up {faas['cold_start_s']['numpy']:.2f} s (+{faas['invoke_s']:.2f} s per further worker)"
+        + (f"; workers share {cores:g} cores" if cores else ""),
+        soft_wrap=True,
+    )
+
+
+def _workload_from(args: argparse.Namespace) -> Any:
+    import json as json_
+
+    from analytic_model import Workload
+    from analytic_model.advisor import epochs_to_target, parse_bytes
+
+    epochs = 10.0
+    if args.from_result:
+        if args.target_loss is None:
+            raise ConfigError("--from-result needs --target-loss")
+        try:
+            result = json_.loads(Path(args.from_result).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"result file {args.from_result!r} not found") from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read result file {args.from_result!r}: {exc}") from None
+        try:
+            target = float(args.target_loss)
+        except ValueError:
+            raise ConfigError(f"--target-loss must be a number, got {args.target_loss!r}") from None
+        epochs = epochs_to_target(result, target)
+    elif args.target_loss is not None:
+        raise ConfigError("--target-loss goes with --from-result")
+    elif args.epochs is not None:
+        epochs = _number(args.epochs, "epochs")
+    features = 0 if args.features == "0" else int(_number(args.features, "features", integer=True))
+    return Workload(
+        model=args.model,
+        dataset_bytes=parse_bytes(args.dataset_bytes, "--dataset-bytes"),
+        samples=int(_number(args.samples, "samples", integer=True)),
+        features=features,
+        params=int(_number(args.params, "params", integer=True)) if args.params is not None else None,
+        flops_per_sample=_number(args.flops_per_sample, "flops-per-sample") if args.flops_per_sample else None,
+        k=int(_number(args.k, "k", integer=True)),
+        algorithm=args.algorithm,
+        batch_size=int(_number(args.batch_size, "batch-size", integer=True)),
+        epochs=epochs,
+        rounds=_number(args.rounds, "rounds") if args.rounds is not None else None,
+        local_epochs=int(_number(args.local_epochs, "local-epochs", integer=True)),
+        optimizer=args.optimizer,
+        sparse=args.sparse,
+    )
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from analytic_model import advise, load_profile
+
+    workload = _workload_from(args)
+    profile = load_profile(profile_path(args.profile)) if args.profile else None
+    advice = advise(
+        workload,
+        profile,
+        workers=[int(_number(w, "workers", integer=True)) for w in _names(args.workers, "workers")],
+        channels=_names(args.channels, "channels") if args.channels else None,
+        patterns=_names(args.patterns, "patterns"),
+        memory_mb=[int(_number(m, "memory", integer=True)) for m in _names(args.memory, "memory")],
+        instances=_names(args.instances, "instances") if args.instances else None,
+        region=args.region,
+        cache_node=args.cache_node,
+    )
+    plot = advice.plot(args.plot) if args.plot else None
+    if args.json:
+        sys.stdout.write(advice.to_json() + "\n")
+        return 0
+    _print_advice(advice, every=args.all)
+    if plot is not None:
+        console.print(f"plot: {plot}")
+    return 0
+
+
+def _print_advice(advice: Any, *, every: bool) -> None:
+    from rich.table import Table
+
+    from analytic_model.advisor import format_money, format_time
+
+    w = advice.workload
+    console.print(
+        f"[bold]{w.model}[/] with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
+        f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
+        f"profile {advice.target}",
+        soft_wrap=True,
+    )
+    front = {id(p) for p in advice.pareto}
+    rows = [(p, id(p) in front) for p in sorted(advice.rows, key=lambda p: (p.time_s, p.cost))]
+    title = "every configuration" if every else "the Pareto front (*) and the fastest of each channel and instance type"
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+    for column in ("", "configuration", "time", "cost", "start+load", "compute", "comm"):
+        left = column in ("", "configuration")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    short = {"allreduce": "AR", "scatter_reduce": "SR"}
+    for p, best in rows if every else advice.summary_rows():
+        t = p.time
+        if p.platform == "faas":
+            how = f" {p.option} {short.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
+            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB"
+        else:
+            where = f"IaaS {p.workers:>3} {p.option}"
+        table.add_row(
+            "*" if best else "",
+            where,
+            format_time(p.time_s),
+            format_money(p.cost),
+            format_time(t["startup_s"] + t["load_s"]),
+            format_time(t["compute_s"]),
+            format_time(t["communicate_s"] + t.get("checkpoint_s", 0.0) + t.get("continuation_s", 0.0)),
+        )
+    console.print(table)
+    if advice.skipped:
+        console.print(f"{len(advice.skipped)} configurations skipped (e.g. {advice.skipped[0]})")
+    console.print(advice.recommendation, soft_wrap=True)
 
 
 # --- data -------------------------------------------------------------------------

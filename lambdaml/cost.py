@@ -7,30 +7,13 @@ counts from the run; the dollars are only as current as that table.
 
 from __future__ import annotations
 
-import json
 import math
-from functools import cache
-from importlib import resources
 from typing import Any
 
+from analytic_model.tables import price_table, prices
 from lambdaml.errors import ConfigError
 
 KB = 1024
-
-
-@cache
-def price_table() -> dict[str, Any]:
-    table: dict[str, Any] = json.loads(resources.files("analytic_model").joinpath("prices.json").read_text())
-    return table
-
-
-def prices(region: str) -> dict[str, Any]:
-    try:
-        region_prices: dict[str, Any] = price_table()["regions"][region]
-    except KeyError:
-        known = ", ".join(sorted(price_table()["regions"]))
-        raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
-    return region_prices
 
 
 def lambda_cost(invocations: list[dict[str, float]], region: str) -> dict[str, float]:

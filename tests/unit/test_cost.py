@@ -46,5 +46,5 @@ def test_job_cost_adds_workers_up_and_rejects_unknown_regions() -> None:
     assert cost["lambda"]["gb_seconds"] == pytest.approx(3.0)
     assert cost["channel"]["requests"] == 30
     assert cost["total_dollars"] == pytest.approx(cost["lambda"]["dollars"] + cost["channel"]["dollars"])
-    with pytest.raises(ConfigError, match="no prices for region 'mars-1'; known: us-east-1"):
+    with pytest.raises(ConfigError, match="no prices for region 'mars-1'; known: eu-west-1, us-east-1, us-west-2"):
         job_cost("s3", workers, wall_s=3, region="mars-1")

@@ -1,0 +1,268 @@
+"""The advisor: predict every configuration, keep the Pareto front of time against cost, recommend one.
+
+``advise`` is what ``lambdaml advise`` prints and what a notebook calls::
+
+    from analytic_model import Workload, advise
+    advice = advise(Workload("lr", dataset_bytes=8e9, samples=11_000_000, features=28, algorithm="admm"))
+    print(advice.recommendation)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analytic_model.model import (
+    PATTERNS,
+    Infeasible,
+    Prediction,
+    Workload,
+    iaas_fits,
+    memory_needed_mb,
+    predict_faas,
+    predict_iaas,
+)
+from analytic_model.profile import Profile, aws_profile
+from analytic_model.tables import price_table, prices
+from lambdaml.errors import ConfigError
+
+DEFAULT_WORKERS = (1, 2, 5, 10, 20, 50)
+DEFAULT_MEMORY_MB = (1769, 3008, 10240)
+FAAS_CHANNELS = ("s3", "redis", "memcached", "dynamodb")
+
+
+@dataclass
+class Advice:
+    workload: Workload
+    region: str
+    target: str
+    rows: list[Prediction]
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def pareto(self) -> list[Prediction]:
+        return pareto_front(self.rows)
+
+    @property
+    def fastest(self) -> Prediction:
+        return min(self.rows, key=lambda p: (p.time_s, p.cost))
+
+    @property
+    def cheapest(self) -> Prediction:
+        return min(self.rows, key=lambda p: (p.cost, p.time_s))
+
+    @property
+    def recommended(self) -> Prediction:
+        """The front's best balance: the smallest time x cost (a 2x faster option may cost up to 2x more)."""
+        return min(self.pareto, key=lambda p: (p.time_s * p.cost, p.time_s))
+
+    def best(self, platform: str, **match: Any) -> Prediction | None:
+        """The fastest row of a platform whose fields match (e.g. ``option="s3"``, ``workers=10``)."""
+        rows = [r for r in self.rows if r.platform == platform and all(getattr(r, k) == v for k, v in match.items())]
+        return min(rows, key=lambda p: (p.time_s, p.cost)) if rows else None
+
+    @property
+    def recommendation(self) -> str:
+        best, fast, cheap = self.recommended, self.fastest, self.cheapest
+        line = f"recommended: {best.label}: {_time(best.time_s)}, {_money(best.cost)}"
+        if fast is not best:
+            line += f"; fastest: {fast.label}: {_time(fast.time_s)}, {_money(fast.cost)}"
+        if cheap is not best:
+            line += f"; cheapest: {cheap.label}: {_time(cheap.time_s)}, {_money(cheap.cost)}"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        front = {id(p) for p in self.pareto}
+        return {
+            "workload": self.workload.__dict__,
+            "region": self.region,
+            "profile": self.target,
+            "prices_checked": price_table().get("_checked"),
+            "recommendation": self.recommendation,
+            "recommended": self.recommended.to_dict(),
+            "pareto": [p.to_dict() for p in self.pareto],
+            "rows": [{**p.to_dict(), "pareto": id(p) in front} for p in self.rows],
+            "skipped": self.skipped,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
+    def summary_rows(self) -> list[tuple[Prediction, bool]]:
+        """The Pareto front plus the fastest row of every channel and instance type, by time."""
+        front = self.pareto
+        keep = {id(p): p for p in front}
+        for option in {(r.platform, r.option) for r in self.rows}:
+            best = self.best(option[0], option=option[1])
+            if best is not None:
+                keep.setdefault(id(best), best)
+        members = {id(p) for p in front}
+        return [(p, id(p) in members) for p in sorted(keep.values(), key=lambda p: (p.time_s, p.cost))]
+
+    def plot(self, path: str | Path) -> Path:
+        """Cost against time of every configuration, the front drawn through (needs matplotlib)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib: pip install 'lambdaml[plot]'") from None
+        path = Path(path)
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        for platform, colour in (("faas", "tab:orange"), ("iaas", "tab:blue")):
+            rows = [r for r in self.rows if r.platform == platform]
+            if rows:
+                label = "FaaS (Lambda)" if platform == "faas" else "IaaS (EC2)"
+                ax.scatter([r.time_s for r in rows], [r.cost for r in rows], s=14, alpha=0.5, c=colour, label=label)
+        front = self.pareto
+        ax.plot([p.time_s for p in front], [p.cost for p in front], "k-", lw=1, label="Pareto front")
+        best = self.recommended
+        ax.scatter([best.time_s], [best.cost], s=120, facecolors="none", edgecolors="red", label="recommended")
+        ax.annotate(best.label, (best.time_s, best.cost), textcoords="offset points", xytext=(8, 8), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("predicted time (s)")
+        ax.set_ylabel("predicted cost ($)")
+        ax.set_title(f"{self.workload.model}, {self.workload.algorithm}: cost against time ({self.region})")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        return path
+
+
+def pareto_front(rows: Iterable[Prediction]) -> list[Prediction]:
+    """Configurations no other is both faster and cheaper than, by time."""
+    front: list[Prediction] = []
+    for row in sorted(rows, key=lambda p: (p.time_s, p.cost)):
+        if not front or row.cost < front[-1].cost:
+            front.append(row)
+    return front
+
+
+def advise(
+    workload: Workload,
+    profile: Profile | None = None,
+    *,
+    workers: Sequence[int] = DEFAULT_WORKERS,
+    channels: Sequence[str] | None = None,
+    patterns: Sequence[str] = PATTERNS,
+    memory_mb: Sequence[int] = DEFAULT_MEMORY_MB,
+    instances: Sequence[str] | None = None,
+    region: str = "us-east-1",
+    cache_node: str | None = None,
+) -> Advice:
+    """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS)."""
+    profile = profile or aws_profile()
+    workload.check(profile)
+    table = prices(region)
+    for w in workers:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise ConfigError(f"worker counts must be positive integers, got {w!r}")
+    for pattern in patterns:
+        if pattern not in PATTERNS:
+            raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    channel_list = list(channels) if channels is not None else [c for c in FAAS_CHANNELS if c in profile.channels]
+    for channel in channel_list:
+        profile.channel(channel)
+    instance_list = list(instances) if instances is not None else sorted(set(table["ec2"]) & set(profile.instances))
+    for name in instance_list:
+        profile.instance(name)
+        if name not in table["ec2"]:
+            raise ConfigError(f"no {region} price for instance type {name!r}")
+
+    rows: list[Prediction] = []
+    skipped: list[str] = []
+    for w in sorted(set(workers)):
+        need = memory_needed_mb(profile, workload.dataset_bytes / w)
+        for memory in memory_mb:
+            if memory < need:
+                skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")
+                continue
+            # One worker has nothing to synchronize: one row per memory size.
+            combos = [(channel_list[0] if channel_list else "s3", PATTERNS[0])] if w == 1 else [
+                (channel, pattern) for channel in channel_list for pattern in patterns
+            ]  # fmt: skip
+            for channel, pattern in combos:
+                try:
+                    rows.append(
+                        predict_faas(workload, w, channel, pattern, memory, profile, region=region,
+                                     cache_node=cache_node)
+                    )  # fmt: skip
+                except Infeasible as exc:
+                    skipped.append(f"FaaS {w} x {memory} MB over {channel}: {exc}")
+        for name in instance_list:
+            if not iaas_fits(workload, w, name, profile):
+                skipped.append(f"IaaS {w} x {name}: its memory does not hold a shard of the dataset")
+                continue
+            rows.append(predict_iaas(workload, w, name, profile, region=region))
+    if not rows:
+        raise ConfigError("no configuration fits: use more workers or larger Lambda memory / instances")
+    return Advice(workload, region, profile.target, rows, skipped)
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(text: str, what: str = "size") -> float:
+    """``8e9``, ``800MB``, ``1.5GiB`` -> bytes; anything else, or a size not above zero, is a ConfigError."""
+    raw = text.strip().lower().replace(" ", "")
+    number = raw.rstrip("abgiktm")
+    unit = raw[len(number) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise ConfigError(f"{what}: {text!r} is not a size (e.g. 8e9, 800MB, 1.5GiB)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+def epochs_to_target(result: dict[str, Any], target_loss: float) -> float:
+    """Epochs a measured run took to reach ``target_loss``, from its result's loss curve."""
+    curve = result.get("loss_curve") if isinstance(result, dict) else None
+    if not curve:
+        raise ConfigError("the result has no loss curve")
+    for point in curve:
+        if point.get("loss") is not None and point["loss"] <= target_loss:
+            return float(point["epoch"])
+    best = min(p["loss"] for p in curve if p.get("loss") is not None)
+    raise ConfigError(
+        f"the run never reached loss {target_loss:g} in {len(curve)} epochs (best {best:.5f}); "
+        "run it longer or pick a higher target"
+    )
+
+
+def _time(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _money(dollars: float) -> str:
+    return f"${dollars:.4f}" if dollars < 1 else f"${dollars:,.2f}"
+
+
+format_time = _time
+format_money = _money

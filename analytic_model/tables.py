@@ -1,0 +1,68 @@
+"""The shipped data files: prices (``prices.json``) and AWS performance defaults (``aws_defaults.json``).
+
+Both are read once through ``importlib.resources``, so they work from a wheel as well as
+from a checkout. ``lambdaml.cost`` prices finished jobs from the same table.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from lambdaml.errors import ConfigError
+
+
+@cache
+def _shipped(name: str) -> dict[str, Any]:
+    table: dict[str, Any] = json.loads(resources.files("analytic_model").joinpath(name).read_text())
+    return table
+
+
+def price_table() -> dict[str, Any]:
+    """The whole price table, with its ``_source`` and ``_checked`` date."""
+    return _shipped("prices.json")
+
+
+def prices(region: str) -> dict[str, Any]:
+    """One region's prices: ``lambda``, ``s3``, ``dynamodb``, ``elasticache`` and ``ec2``."""
+    try:
+        region_prices: dict[str, Any] = price_table()["regions"][region]
+    except KeyError:
+        known = ", ".join(sorted(price_table()["regions"]))
+        raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
+    return region_prices
+
+
+def aws_defaults() -> dict[str, Any]:
+    """The AWS performance defaults as shipped: every figure as ``{"value", "source"}``."""
+    return _shipped("aws_defaults.json")
+
+
+def is_figure(node: object) -> bool:
+    """A ``{"value": ..., "source": ...}`` leaf of the defaults file."""
+    return isinstance(node, dict) and set(node) == {"value", "source"}
+
+
+def plain(node: Any) -> Any:
+    """The defaults with every figure replaced by its value and ``_``-prefixed notes dropped."""
+    if is_figure(node):
+        return node["value"]
+    if isinstance(node, dict):
+        return {k: plain(v) for k, v in node.items() if not k.startswith("_")}
+    return node
+
+
+def sources(node: Any, path: str = "") -> dict[str, str]:
+    """Dotted path of every figure -> where it came from (a table's ``_source`` covers its rows)."""
+    found: dict[str, str] = {}
+    if is_figure(node):
+        found[path] = str(node["source"])
+    elif isinstance(node, dict):
+        if "_source" in node and path:
+            found[path] = str(node["_source"])
+        for key, value in node.items():
+            if not key.startswith("_"):
+                found.update(sources(value, f"{path}.{key}" if path else key))
+    return found

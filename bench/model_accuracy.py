@@ -1,0 +1,291 @@
+"""How well the analytic model predicts real local training runs.
+
+Run: ``.venv/bin/python bench/model_accuracy.py [--quick]``. It starts its own moto,
+Redis and Memcached on loopback ports, calibrates a profile of this machine on them
+(exactly what ``lambdaml calibrate`` measures), then trains GA-SGD logistic regression
+for every configuration (channel x W x model size x pattern) with the local backend, W
+worker processes as on Lambda, and compares the model's predicted time per epoch with
+the measured one.
+
+Measured: the median of rank 0's epoch durations after the first (so process start-up
+and loading, which the model also predicts but separately, stay out, and a burst of load
+from elsewhere on a shared machine moves the median less than the mean). Predicted:
+``predict_faas(...).round_s`` times the rounds per epoch, from the profile calibrated in
+the same run. Every worker shares this machine's
+cores, and the profile says so (``faas.shared_cores``).
+
+Every configuration is measured in two passes a minute or two apart (``--repeat``); the
+measured time is their median, and their spread is the machine's own noise, printed next
+to the model's error. Prints a table (predicted, measured, error, spread, and requests per
+round predicted against counted) with the median and largest absolute error, and writes
+``bench/results/model_accuracy.csv``, the profile (``model_accuracy_profile.json``) and
+a predicted-against-measured plot (``model_accuracy.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import itertools
+import json
+import logging
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analytic_model.model import Workload, predict_faas, schedule
+from analytic_model.profile import Profile, load_profile, save_profile
+from lambdaml.calibrate import ComputeProbe, Effort, calibrate, channel_figures, cores
+from lambdaml.channels import open_channel
+from lambdaml.config import ChannelSpec, StorageSpec, parse_job
+from lambdaml.data import shards, synthetic
+from lambdaml.local import services
+from lambdaml.runtime.job import run_job
+from lambdaml.storage import open_storage
+
+log = logging.getLogger("bench.model_accuracy")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KINDS = ("s3", "redis", "memcached", "dynamodb")
+PATTERNS = ("allreduce", "scatter_reduce")
+BATCH = 100
+SHARDS = 4  # a multiple of every W measured
+
+
+@dataclass(frozen=True)
+class Size:
+    """A model size: LR on dense Higgs-like rows, or on sparse RCV1-like rows with many columns."""
+
+    name: str
+    features: int
+    sparse: bool
+    rows: int  # training rows in all
+
+    @property
+    def params(self) -> int:
+        return self.features + 1
+
+
+SIZES = {
+    "small": Size("small", 28, sparse=False, rows=3200),
+    "large": Size("large", 100_000, sparse=True, rows=3200),
+}
+
+
+@dataclass
+class Outcome:
+    channel: str
+    workers: int
+    size: str
+    pattern: str
+    predicted_s: float
+    measured_s: float
+    predicted_requests: float  # per round, all workers
+    measured_requests: float
+    spread: float = 0.0  # (largest - smallest) / mean of the repeated measurements: the machine's noise
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+
+def prepare(store: Any, size: Size) -> str:
+    """Upload the dataset of one model size; returns its name."""
+    name = f"acc-{size.name}"
+    if size.sparse:
+        X, y, _ = synthetic.rcv1_like(size.rows, features=size.features, seed=1)
+    else:
+        X, y, _ = synthetic.higgs_like(size.rows, seed=1)
+    shards.prepare(store, name, X, y, shards=SHARDS, test_fraction=0.0)
+    return name
+
+
+def measure(
+    storage: StorageSpec, spec: ChannelSpec, dataset: str, workers: int, pattern: str, epochs: int
+) -> tuple[float, float]:
+    """(seconds per epoch after the first, requests over all workers) of one real run."""
+    job = parse_job(
+        {
+            "name": "acc",
+            "workers": workers,
+            "dataset": dataset,
+            "storage": storage.model_dump(mode="json"),
+            "channel": spec.model_dump(mode="json", exclude_none=True),
+            "model": {"name": "lr"},
+            "algorithm": {"name": "ga_sgd", "lr": 0.1, "batch_size": BATCH, "epochs": epochs},
+            "sync": {"protocol": "bsp", "pattern": pattern, "timeout_s": 300},
+        }
+    )
+    result = run_job(job, results_dir=None)
+    elapsed = [point["elapsed_s"] for point in result["loss_curve"]]
+    per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load
+    requests = sum(w["channel"]["requests"] for w in result["workers"])
+    return per_epoch, requests
+
+
+def predict(profile: Profile, size: Size, kind: str, workers: int, pattern: str) -> tuple[float, float, float]:
+    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts."""
+    workload = Workload(
+        "lr", dataset_bytes=1.0, samples=size.rows, features=size.features, sparse=size.sparse, batch_size=BATCH
+    )
+    prediction = predict_faas(workload, workers, kind, pattern, 3008, profile)
+    per_epoch_rounds = schedule(workload, workers).rounds / workload.epochs
+    requests = sum(prediction.requests[k] for k in ("puts", "gets", "lists", "deletes"))
+    return prediction.round_s * per_epoch_rounds, requests, per_epoch_rounds
+
+
+def write_outputs(outcomes: list[Outcome]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (RESULTS / "model_accuracy.csv").open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(
+            ["channel", "W", "size", "pattern", "predicted_s", "measured_s", "error", "spread", "pred_req", "req"]
+        )
+        for o in outcomes:
+            out.writerow(
+                [o.channel, o.workers, o.size, o.pattern, f"{o.predicted_s:.5f}", f"{o.measured_s:.5f}",
+                 f"{o.error:.4f}", f"{o.spread:.4f}", f"{o.predicted_requests:.1f}", f"{o.measured_requests:.1f}"]
+            )  # fmt: skip
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for kind, marker in zip(KINDS, "os^D", strict=True):
+        points = [o for o in outcomes if o.channel == kind]
+        if points:
+            ax.scatter([o.measured_s for o in points], [o.predicted_s for o in points], marker=marker, label=kind)
+    low = min(min(o.measured_s, o.predicted_s) for o in outcomes) * 0.8
+    high = max(max(o.measured_s, o.predicted_s) for o in outcomes) * 1.25
+    ax.plot([low, high], [low, high], "k-", lw=1, label="exact")
+    ax.fill_between([low, high], [low * 0.85, high * 0.85], [low * 1.15, high * 1.15], alpha=0.15, label="15%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured time per epoch (s)")
+    ax.set_ylabel("predicted time per epoch (s)")
+    ax.legend()
+    fig.savefig(RESULTS / "model_accuracy.png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def print_table(outcomes: list[Outcome]) -> None:
+    print(
+        "| channel | W | model | pattern | predicted s/epoch | measured s/epoch | error | run spread | requests/round |"
+    )
+    print("|---|--:|---|---|--:|--:|--:|--:|--:|")
+    for o in outcomes:
+        print(
+            f"| {o.channel} | {o.workers} | {o.size} | {o.pattern} | {o.predicted_s:.3f} | {o.measured_s:.3f} | "
+            f"{o.error:+.0%} | {o.spread:.0%} | {o.predicted_requests:.0f} / {o.measured_requests:.0f} |"
+        )
+    errors = [abs(o.error) for o in outcomes]
+    print(
+        f"\n{len(outcomes)} configurations: median absolute error {statistics.median(errors):.1%}, "
+        f"largest {max(errors):.1%} (targets: median <= 15%, none above 35%); median spread between "
+        f"passes {statistics.median(o.spread for o in outcomes):.1%} (the machine's own noise)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="redis and s3, W=2 and 4, both sizes (12 runs)")
+    parser.add_argument("--channels", default=None, help="comma-separated subset of " + ",".join(KINDS))
+    parser.add_argument("--workers", default="2,4", help="comma-separated W values (divisors of 4)")
+    parser.add_argument("--sizes", default="small,large", help="comma-separated: small (d=28), large (d=1e5)")
+    parser.add_argument("--patterns", default=",".join(PATTERNS))
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is not timed")
+    parser.add_argument("--profile", type=Path, default=None, help="use this saved profile instead of calibrating")
+    parser.add_argument("--repeat", type=int, default=2, help="passes over the configurations (default 2)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log.setLevel(logging.INFO)
+
+    kinds = (args.channels or ("redis,s3" if args.quick else "s3,redis,memcached")).split(",")
+    worlds = [int(w) for w in args.workers.split(",")]
+    sizes = [SIZES[s] for s in args.sizes.split(",")]
+    patterns = args.patterns.split(",")
+    if args.epochs < 2 or args.repeat < 1 or any(SHARDS % w for w in worlds) or set(kinds) - set(KINDS):
+        parser.error("need --epochs >= 2, --repeat >= 1, W dividing 4, channels among " + ",".join(KINDS))
+
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        moto = services.start_moto()
+        stack.callback(moto.stop)
+        redis = services.start_redis()
+        stack.callback(redis.stop)
+        memcached = services.start_memcached()
+        stack.callback(memcached.stop)
+        token = uuid.uuid4().hex[:8]
+        storage = StorageSpec(bucket=f"acc-data-{token}", endpoint_url=moto.url)
+        specs = {
+            "s3": ChannelSpec(kind="s3", bucket=f"acc-comm-{token}", endpoint_url=moto.url),
+            "dynamodb": ChannelSpec(kind="dynamodb", table=f"acc-comm-{token}", endpoint_url=moto.url),
+            "redis": ChannelSpec(kind="redis", host="127.0.0.1", port=redis.port),
+            "memcached": ChannelSpec(kind="memcached", host="127.0.0.1", port=memcached.port),
+        }
+        chosen = {k: specs[k] for k in kinds}
+        store = open_storage(storage)
+        store.ensure()
+        datasets = {s.name: prepare(store, s) for s in sizes}
+        for spec in chosen.values():
+            with open_channel(spec) as channel:
+                channel.ensure()
+
+        def step(what: str) -> None:
+            log.info("[%4.0fs] calibrating %s", time.monotonic() - started, what)
+
+        if args.profile:
+            measured = json.loads(args.profile.read_text())
+        else:
+            # Compute, start-up and loading first; each channel right before its runs, so the
+            # profile sees the machine as loaded as the runs it predicts.
+            probes = [ComputeProbe("lr", s.features, s.sparse, BATCH, rows=s.rows) for s in sizes]
+            measured = calibrate(
+                {}, probes, storage=storage, effort=Effort(), target="local", shared_cores=cores(), on_step=step
+            )
+        outcomes: list[Outcome] = []
+        for kind in kinds:
+            if not args.profile:
+                measured["channels"][kind] = channel_figures(chosen[kind], Effort(), step)
+            path = save_profile(measured, RESULTS / "model_accuracy_profile.json")
+            profile = load_profile(path)
+            configs = [(size, w, pattern) for size in sizes for w in worlds for pattern in patterns]
+            runs: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
+            for repeat in range(args.repeat):  # repeats a minute apart: what the machine's noise does
+                for size, workers, pattern in configs:
+                    runs.setdefault((size.name, workers, pattern), []).append(
+                        measure(storage, chosen[kind], datasets[size.name], workers, pattern, args.epochs)
+                    )
+                    log.info(
+                        "[%4.0fs] %s W=%d %s %s (pass %d): %.3fs per epoch",
+                        time.monotonic() - started, kind, workers, size.name, pattern, repeat + 1,
+                        runs[(size.name, workers, pattern)][-1][0],
+                    )  # fmt: skip
+            for size, workers, pattern in configs:
+                times = [t for t, _ in runs[(size.name, workers, pattern)]]
+                requests = statistics.fmean(r for _, r in runs[(size.name, workers, pattern)])
+                predicted_s, predicted_requests, rounds = predict(profile, size, kind, workers, pattern)
+                mean = statistics.fmean(times)
+                outcomes.append(
+                    Outcome(
+                        kind, workers, size.name, pattern, predicted_s, statistics.median(times), predicted_requests,
+                        requests / (rounds * args.epochs), (max(times) - min(times)) / mean,
+                    )
+                )  # fmt: skip
+    print()
+    print_table(outcomes)
+    write_outputs(outcomes)
+    print(f"\nwrote {RESULTS / 'model_accuracy.csv'} ({time.monotonic() - started:.0f}s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,646 @@
+"""Measure a target for the analytic model: channels, compute, start-up and loading.
+
+``lambdaml calibrate`` runs this on the local machine (starting moto, Redis and Memcached
+on loopback ports, or using given endpoints) or against a stack's resources, and writes a
+profile that ``analytic_model.load_profile`` lays over the AWS defaults.
+
+What is measured, each through the same code the workers run:
+
+- per channel: the latency of one small put and get (encode and decode included), the
+  cost of each further value in one ``put_many``/``get_many``, the bandwidth of large
+  values, and, with several processes hammering the channel at once, what the store (or
+  the shared machine) sustains per request and per byte;
+- per model: the time of one worker step at two batch sizes, giving the time per sample
+  and per step on one core;
+- the worker processes' start-up (spawn and imports), the summing rate, and loading a
+  shard from S3.
+
+On a local target all worker processes share this machine's cores; the profile records
+how many (``faas.shared_cores``), so predictions for W workers on 2 cores are honest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing as mp
+import os
+import platform
+import queue
+import secrets
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from lambdaml import codec, keys
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import ChannelSpec, ModelSpec, StorageSpec
+from lambdaml.errors import ConfigError, LambdaMLError
+
+log = logging.getLogger(__name__)
+
+KINDS = ("s3", "redis", "memcached", "dynamodb")
+SMALL_FLOATS = 8  # a small value: 8 float64 (96 bytes on the wire)
+BATCH = 8  # values per put_many / get_many when measuring the extra cost of each
+PROBE_TIMEOUT_S = 120.0
+_SATURATION_KEYS = 8  # keys per load process, written in turn
+_IMAGE_MODELS = {"mobilenet", "resnet18"}  # CIFAR-10 shaped probes
+
+
+@dataclass(frozen=True)
+class ComputeProbe:
+    """One model to time: its name, width, density and the batch size the job will use."""
+
+    model: str = "lr"
+    features: int = 28
+    sparse: bool = False
+    batch_size: int = 100
+    rows: int = 4000
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How long to measure: ``quick`` for tests, the default for a profile you keep."""
+
+    repeats: int = 15
+    saturation_s: float = 1.0
+    large_bytes: int = 2_000_000
+    processes: int = 4
+
+    @classmethod
+    def quick(cls) -> Effort:
+        return cls(repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2)
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _value(n_floats: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n_floats)
+
+
+# ---- channels -------------------------------------------------------------------------------
+
+
+def _sizes(channel: Channel, largest: int) -> list[int]:
+    """Float counts of the values timed: one small, three large that each stay one item.
+
+    Chunking has its own term in the model, so no measured value is chunked.
+    """
+    limit = channel.max_item_bytes
+    top = min(largest, int(limit * 0.9)) if limit else largest
+    return [SMALL_FLOATS] + [max(SMALL_FLOATS + 1, top // 8 // d) for d in (16, 4, 1)]
+
+
+def _fit_slope(sizes: Sequence[float], seconds: Sequence[float]) -> float:
+    """Least-squares seconds per byte through the measured sizes (never zero: a bandwidth is finite)."""
+    return max(statistics.linear_regression(sizes, seconds).slope, 1e-12)
+
+
+def measure_channel(channel: Channel, effort: Effort) -> dict[str, float]:
+    """One worker's view of a channel: latency, the extra cost per batched value, bandwidth.
+
+    Sizes are measured round-robin, so a burst of load elsewhere hits all of them alike;
+    every put goes to a fresh key, as the patterns' writes do.
+    """
+    job = f"calibrate-{secrets.token_hex(3)}"
+    values = [_value(n, seed=i) for i, n in enumerate(_sizes(channel, effort.large_bytes))]
+    small = values[0]
+    wire = [len(codec.encode(v)) for v in values]
+    counter = iter(range(10**9))
+
+    def key(rank: int = 0) -> str:
+        return keys.comm_key(job, next(counter), "cal", rank=rank)
+
+    puts: list[list[float]] = [[] for _ in values]
+    gets: list[list[float]] = [[] for _ in values]
+    many_puts: list[float] = []
+    many_gets: list[float] = []
+    try:
+        for repeat in range(effort.repeats + 1):  # the first pass warms the connections up
+            for i, value in enumerate(values):
+                k = key()
+                started = time.perf_counter()
+                channel.put(k, codec.encode(value))
+                put_s = time.perf_counter() - started
+                started = time.perf_counter()
+                codec.decode(channel.get(k), dtype=value.dtype, shape=value.shape)
+                get_s = time.perf_counter() - started
+                if repeat:
+                    puts[i].append(put_s)
+                    gets[i].append(get_s)
+            batch = [key(rank) for rank in range(BATCH)]
+            started = time.perf_counter()
+            channel.put_many([(k, codec.encode(small)) for k in batch])
+            put_s = time.perf_counter() - started
+            started = time.perf_counter()
+            for raw in channel.get_many(batch).values():
+                codec.decode(raw, dtype=small.dtype, shape=small.shape)
+            if repeat:
+                many_puts.append(put_s)
+                many_gets.append(time.perf_counter() - started)
+    finally:
+        channel.clear(keys.comm_prefix(job))
+    put_medians = [statistics.median(t) for t in puts]
+    get_medians = [statistics.median(t) for t in gets]
+    latency_put, latency_get = put_medians[0], get_medians[0]
+    return {
+        "latency_put_s": latency_put,
+        "latency_get_s": latency_get,
+        "extra_put_s": max(statistics.median(many_puts) - latency_put, 0.0) / (BATCH - 1),
+        "extra_get_s": max(statistics.median(many_gets) - latency_get, 0.0) / (BATCH - 1),
+        "bandwidth_put_Bps": 1.0 / _fit_slope(wire, put_medians),
+        "bandwidth_get_Bps": 1.0 / _fit_slope(wire, get_medians),
+    }
+
+
+def _saturate(
+    spec_data: dict[str, Any], index: int, seconds: float, large_floats: int, barrier: Any, results: Any
+) -> None:
+    """One of several processes hammering a channel: count small puts, small gets, large puts, large gets."""
+    try:
+        channel = open_channel(ChannelSpec(**spec_data))
+        job = f"calibrate-sat-{spec_data['kind']}"
+        counts: dict[str, int] = {}
+        for label, value in (("small", _value(SMALL_FLOATS)), ("large", _value(large_floats))):
+            data = codec.encode(value)
+            # A ring of keys, each written and later overwritten: new keys as the patterns write
+            # them, in bounded memory (a cache that fills up would evict a running job's values).
+            ring = [keys.comm_key(job, i, label, rank=index) for i in range(_SATURATION_KEYS)]
+            puts = gets = 0
+            barrier.wait(PROBE_TIMEOUT_S)
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline or puts < len(ring):
+                channel.put(ring[puts % len(ring)], codec.encode(value))
+                puts += 1
+            counts[f"{label}_puts"] = puts
+            recent = ring
+            barrier.wait(PROBE_TIMEOUT_S)
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                codec.decode(channel.get(recent[gets % len(recent)]), dtype=value.dtype, shape=value.shape)
+                gets += 1
+            counts[f"{label}_gets"] = gets
+            counts[f"{label}_bytes"] = len(data)
+        channel.close()
+        results.put((index, counts, None))
+    except Exception as exc:  # reported to the parent as one line
+        results.put((index, {}, f"{type(exc).__name__}: {exc}"))
+
+
+def _run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) -> list[Any]:
+    """Start the processes and collect one report from each; a process that dies silently fails at once."""
+    for proc in procs:
+        proc.start()
+    reports: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(reports) < len(procs):
+            try:
+                reports.append(results.get(timeout=0.5))
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise LambdaMLError(f"{what}: the probe processes did not report within {timeout_s:g}s") from None
+                if sum(not p.is_alive() for p in procs) > len(reports) and results.empty():
+                    time.sleep(0.5)  # a report may still be in the pipe
+                    if results.empty():
+                        raise LambdaMLError(f"{what}: a probe process exited without a report") from None
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+    return reports
+
+
+def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int) -> dict[str, float | None]:
+    """What the store, or the machine every process shares, sustains with several workers at once."""
+    ctx = mp.get_context("spawn")
+    n = effort.processes
+    barrier = ctx.Barrier(n)
+    results = ctx.Queue()
+    spec_data = spec.model_dump()
+    workers = [
+        ctx.Process(target=_saturate, args=(spec_data, i, effort.saturation_s, large_floats, barrier, results))
+        for i in range(n)
+    ]
+    reports = _run_all(workers, results, f"calibrating {spec.kind}", PROBE_TIMEOUT_S + 4 * effort.saturation_s)
+    failed = [error for _, _, error in reports if error]
+    if failed:
+        raise LambdaMLError(f"calibrating {spec.kind}: {failed[0]}")
+    total = {name: sum(counts[name] for _, counts, _ in reports) for name in reports[0][1]}
+    with open_channel(spec) as channel:
+        channel.clear(keys.comm_prefix(f"calibrate-sat-{spec.kind}"))
+    seconds = effort.saturation_s
+    figures: dict[str, float | None] = {}
+    for op in ("put", "get"):
+        per_request = seconds / max(total[f"small_{op}s"], 1)
+        count = total[f"large_{op}s"]
+        byte_time = seconds - count * per_request
+        moved = count * total["large_bytes"]
+        figures[f"server_{op}_s"] = per_request
+        # Too few large requests to tell bytes from requests apart: no separate byte limit.
+        figures[f"server_{op}_Bps"] = moved / byte_time if byte_time > 0.1 * seconds and count >= n else None
+    return figures
+
+
+# ---- compute, start-up, loading ---------------------------------------------------------------
+
+
+def _probe_data(probe: ComputeProbe) -> tuple[Any, np.ndarray, dict[str, Any]]:
+    from lambdaml.data import synthetic
+
+    if probe.model in _IMAGE_MODELS:
+        rng = np.random.default_rng(0)
+        X = rng.random((probe.rows, 3 * 32 * 32), dtype=np.float32)
+        y = rng.integers(0, 10, probe.rows).astype(np.float32)
+        return X, y, {"n_features": 3072, "n_classes": 10, "sample_shape": [3, 32, 32]}
+    if probe.sparse:
+        Xs, y, _ = synthetic.rcv1_like(probe.rows, features=probe.features)
+        return Xs, y, {"n_features": probe.features, "format": "csr"}
+    X, y, _ = synthetic.higgs_like(probe.rows, features=probe.features)
+    if probe.model == "mlp":
+        y = (np.arange(probe.rows) % 10).astype(np.float32)
+        return X, y, {"n_features": probe.features, "n_classes": 10}
+    return X, y, {"n_features": probe.features}
+
+
+def measure_compute(probe: ComputeProbe) -> tuple[str, dict[str, Any]]:
+    """Time one worker step (batch gather, loss and gradient, optimizer update) at two batch sizes."""
+    from analytic_model.profile import aws_profile, compute_key
+    from lambdaml.data.shards import Manifest
+    from lambdaml.models import MODELS
+
+    if probe.batch_size < 2 or probe.rows < probe.batch_size:
+        raise ConfigError(f"calibrating {probe.model}: need a batch size of at least 2 and rows >= batch size")
+    X, y, shape = _probe_data(probe)
+    manifest = Manifest(name="calibrate", shard_rows=[probe.rows], test_rows=0, created=0.0, **shape)
+    model = MODELS.get(probe.model).build(ModelSpec(name=probe.model), manifest)
+    params = model.init_params(0)
+    if probe.model == "kmeans":
+        params = np.asarray(X[: model.n_params // probe.features], dtype=np.float64).reshape(-1).copy()
+    order = np.random.default_rng(0).permutation(probe.rows)
+
+    def step_time(batch: int) -> float:
+        steps = max(1, probe.rows // batch)
+        position = iter(range(10**9))
+
+        def step() -> None:
+            i = next(position) % steps
+            rows = order[i * batch : (i + 1) * batch]
+            _loss, grad = model.loss_grad_sum(params, X[rows], y[rows])
+            params[:] -= 1e-6 * (grad / len(rows) + model.regularizer_grad(params))
+
+        step()  # warm-up (torch's first call allocates)
+        repeats = max(5, min(200, int(0.3 / max(_median_time(step, 3), 1e-6))))
+        return _median_time(step, repeats)
+
+    small = max(1, probe.batch_size // 10)
+    t_small, t_batch = step_time(small), step_time(probe.batch_size)
+    per_sample = max(t_batch - t_small, 0.0) / (probe.batch_size - small)
+    per_step = max(t_small - small * per_sample, 0.0)
+    info = aws_profile().models.get(probe.model)
+    # A sparse row's work is its nonzeros, not its width: no flop count to scale other models by.
+    flops = info.flops(probe.features, 8, model.n_params) if info and not probe.sparse else 0.0
+    return compute_key(probe.model, model.n_params, probe.sparse), {
+        "per_sample_s": per_sample,
+        "per_step_s": per_step,
+        "flops_per_sample": flops,
+        "kind": info.kind if info else "linear",
+        "runtime": info.runtime if info else "numpy",
+    }
+
+
+def measure_add_Bps() -> float:
+    """Bytes of one float64 vector summed into another per second (the reduce in every pattern)."""
+    a, b = _value(1_000_000), _value(1_000_000, seed=1)
+    return a.nbytes / _median_time(lambda: np.add(a, b, out=a), 9)
+
+
+def _start_probe(sent: float, results: Any) -> None:
+    """A worker process's start: what the local backend's workers import before their first step."""
+    import lambdaml.channels.s3
+    import lambdaml.runtime.worker  # noqa: F401
+
+    results.put(time.time() - sent)
+
+
+def measure_startup(processes: int) -> tuple[float, float]:
+    """(one worker process's spawn-and-import time, extra seconds per further process started at once)."""
+    ctx = mp.get_context("spawn")
+
+    def start(n: int) -> float:
+        results = ctx.Queue()
+        sent = time.time()
+        procs = [ctx.Process(target=_start_probe, args=(sent, results)) for _ in range(n)]
+        return float(max(_run_all(procs, results, "calibrating start-up", PROBE_TIMEOUT_S)))
+
+    one = statistics.median(start(1) for _ in range(2))
+    many = start(processes)
+    return one, max(many - one, 0.0) / max(processes - 1, 1)
+
+
+def measure_load(store: Channel, effort: Effort) -> tuple[float, float]:
+    """(bandwidth, latency) of downloading a shard from the data store."""
+    prefix = keys.comm_prefix(f"calibrate-load-{secrets.token_hex(3)}")
+    small_key, large_key = prefix + "small", prefix + "large"
+    size = max(effort.large_bytes, 1_000_000) * 2
+    store.put(small_key, b"x" * 64)
+    store.put(large_key, os.urandom(size))
+    try:
+        latency = _median_time(lambda: store.get(small_key), effort.repeats)
+        large = _median_time(lambda: store.get(large_key), max(3, effort.repeats // 3))
+    finally:
+        store.clear(prefix)
+    return size / max(large - latency, 1e-6), latency
+
+
+# ---- whole profiles ---------------------------------------------------------------------------
+
+
+def measure_cleanup_cpu(channel: Channel, effort: Effort, keys_per_round: int = 4) -> float:
+    """CPU seconds this process spends deleting one finished round, as rank 0 does every round."""
+    job = f"calibrate-clean-{secrets.token_hex(3)}"
+    value = codec.encode(_value(SMALL_FLOATS))
+    times = []
+    for round_ in range(effort.repeats):
+        channel.put_many([(keys.comm_key(job, round_, "cal", rank=r), value) for r in range(keys_per_round)])
+        started = time.process_time()
+        channel.clear(keys.round_prefix(job, round_))
+        times.append(time.process_time() - started)
+    return statistics.median(times)
+
+
+def _exchange(
+    spec_data: dict[str, Any], job: str, index: int, world: int, floats: int, rounds: int, barrier: Any, results: Any
+) -> None:
+    """One of ``world`` processes that each put a value and wait for everyone else's, round after round."""
+    try:
+        channel = open_channel(ChannelSpec(**spec_data))
+        value = _value(floats, seed=index)
+        ends = []
+        barrier.wait(PROBE_TIMEOUT_S)
+        for r in range(rounds):
+            channel.put(keys.comm_key(job, r, "x", rank=index), codec.encode(value))
+            others = [keys.comm_key(job, r, "x", rank=j) for j in range(world) if j != index]
+            for raw in channel.wait_for(others, PROBE_TIMEOUT_S).values():
+                codec.decode(raw, dtype=value.dtype, shape=value.shape)
+            ends.append(time.perf_counter())
+        channel.close()
+        results.put((index, (ends, channel.stats.gets), None))
+    except Exception as exc:  # reported to the parent as one line
+        results.put((index, ([], 0), f"{type(exc).__name__}: {exc}"))
+
+
+def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> tuple[float, float]:
+    """(median round, gets per round over all processes) of ``world`` processes exchanging values."""
+    ctx = mp.get_context("spawn")
+    job = f"calibrate-exchange-{secrets.token_hex(3)}"
+    barrier = ctx.Barrier(world)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_exchange, args=(spec.model_dump(), job, i, world, floats, rounds, barrier, results))
+        for i in range(world)
+    ]
+    reports = _run_all(procs, results, f"calibrating waits on {spec.kind}", PROBE_TIMEOUT_S)
+    failed = [error for _, _, error in reports if error]
+    if failed:
+        raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
+    with open_channel(spec) as channel:
+        channel.clear(keys.comm_prefix(job))
+    ends = next(e for i, (e, _), _ in reports if i == 0)
+    round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
+    return round_s, sum(gets for _, (_, gets), _ in reports) / rounds
+
+
+def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
+    """What W workers that exchange values lose beyond one worker's transfers, measured with W processes.
+
+    Each round every process puts one value and waits for and reads the others' (what every
+    phase of the patterns amounts to). With small values, the round's time beyond one put
+    phase and one get phase is what a wait loses: polling granularity, stragglers and, on a
+    shared machine, scheduling. With large values, what the bytes cost beyond one worker's
+    bandwidth is crowding: workers that move bytes at once slow each other down.
+    """
+    from analytic_model.model import phase_s, store_s
+    from analytic_model.profile import ChannelPerf, aws_profile
+
+    known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
+    batch = aws_profile().channel(spec.kind).get_batch  # the channel's batching is code, not measured
+    perf = ChannelPerf(spec.kind, **{"get_batch": batch, **known})
+    small, large = (len(codec.encode(_value(n))) for n in (SMALL_FLOATS, large_floats))
+    rounds = max(10, 2 * effort.repeats)
+    losses: dict[int, float] = {}
+    crowding: list[float] = []
+    for world in sorted({2, max(2, effort.processes)}):
+        small_s, gets = _exchange_round(spec, world, SMALL_FLOATS, rounds)
+        transfers = phase_s(perf, "put", world, 1, small) + phase_s(perf, "get", world, world - 1, small)
+        # Where the store serves requests one after another, the round is its busy time, the
+        # polls that found nothing included: that is not a loss the model must add on top.
+        missed = max(gets - world * (world - 1), 0.0)
+        busy = world * perf.server_request("put") + perf.server_request("get") * (
+            world * perf.round_trips("get", world - 1) + missed / max(min(world - 1, perf.get_batch), 1)
+        )
+        losses[world] = max(small_s - max(transfers, busy), 0.0)
+        large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 2))
+        extra = large - small
+        alone = extra / perf.bandwidth("put") + (world - 1) * extra / perf.bandwidth("get")
+        store = store_s(perf, "put", 0, world * extra) + store_s(perf, "get", 0, world * (world - 1) * extra)
+        if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
+            crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
+    worlds = sorted(losses)
+    per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
+    return {
+        "wait_s": losses[2],
+        "wait_per_worker_s": max(per_worker, 0.0),
+        "crowding": statistics.fmean(crowding) if crowding else 0.0,
+    }
+
+
+def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Everything the model needs to know about one channel."""
+    say = say or (lambda _: None)
+    say(f"channel {spec.kind}: latency and bandwidth")
+    with open_channel(spec) as channel:
+        channel.ensure()
+        channel.ping()
+        figures: dict[str, Any] = dict(measure_channel(channel, effort))
+        figures["cleanup_cpu_s"] = measure_cleanup_cpu(channel, effort)
+        large_floats = _sizes(channel, effort.large_bytes)[-1]
+        figures["max_item_bytes"] = channel.max_item_bytes
+    say(f"channel {spec.kind}: {effort.processes} processes at once")
+    figures.update(measure_store(spec, effort, large_floats))
+    say(f"channel {spec.kind}: workers exchanging values")
+    figures.update(measure_exchange(spec, figures, effort, large_floats))
+    return figures
+
+
+def calibrate(
+    channels: dict[str, ChannelSpec],
+    probes: Sequence[ComputeProbe],
+    *,
+    storage: StorageSpec | None,
+    effort: Effort,
+    target: str,
+    shared_cores: float | None,
+    startup: tuple[float, float] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure everything for one target and return the (partial) profile."""
+    say = on_step or (lambda _: None)
+    measured_channels = {kind: channel_figures(spec, effort, say) for kind, spec in channels.items()}
+    compute: dict[str, Any] = {"measured": {}}
+    for probe in probes:
+        say(f"compute: {probe.model} ({probe.features} features, batch {probe.batch_size})")
+        key, figures = measure_compute(probe)
+        compute["measured"][key] = figures
+        if not probe.sparse and figures["flops_per_sample"] and figures["per_sample_s"] > 0:
+            # A dense model's rate stands for others of its kind (a sparse row's work is its nonzeros).
+            compute.setdefault("vcpu_gflops", {})[figures["kind"]] = (
+                figures["flops_per_sample"] / figures["per_sample_s"] / 1e9
+            )
+            compute.setdefault("per_step_s", {})[figures["runtime"]] = figures["per_step_s"]
+    compute["add_Bps"] = measure_add_Bps()
+    faas: dict[str, Any] = {"shared_cores": shared_cores}
+    if startup is None:
+        say("worker start-up")
+        startup = measure_startup(effort.processes)
+    cold, per_worker = startup
+    faas["cold_start_s"] = {"numpy": cold}
+    faas["invoke_s"] = per_worker
+    if storage is not None:
+        say("loading from the data store")
+        with open_channel(ChannelSpec(kind="s3", bucket=storage.bucket, endpoint_url=storage.endpoint_url)) as store:
+            store.ensure()
+            faas["network_Bps"], faas["load_latency_s"] = measure_load(store, effort)
+    host = platform.node() or "this machine"
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    profile: dict[str, Any] = {
+        "_source": f"measured by 'lambdaml calibrate' on {host} ({cores()} cores) at {when}, target {target}",
+        "target": target,
+        "created": when,
+        "host": {"name": host, "cores": cores(), "machine": platform.machine(), "python": platform.python_version()},
+        "channels": measured_channels,
+        "compute": compute,
+        "faas": faas,
+    }
+    if target == "local":
+        # The local backend's worker processes neither checkpoint nor pay for an INIT phase.
+        profile["lambda"] = {"checkpoint_every": None, "init_billed": False}
+    return profile
+
+
+@contextmanager
+def local_channels(
+    kinds: Sequence[str],
+    *,
+    endpoint_url: str | None = None,
+    redis: str | None = None,
+    memcached: str | None = None,
+) -> Iterator[tuple[dict[str, ChannelSpec], StorageSpec]]:
+    """Channel specs on loopback: given endpoints, or services started for the measurement."""
+    from lambdaml.local import services
+
+    with ExitStack() as stack:
+        if endpoint_url is None:  # S3 is needed anyway: loading a shard is measured from it
+            moto = services.start_moto()
+            stack.callback(moto.stop)
+            endpoint_url = moto.url
+        specs: dict[str, ChannelSpec] = {}
+        token = secrets.token_hex(3)
+        for kind in kinds:
+            if kind == "s3":
+                specs[kind] = ChannelSpec(kind="s3", bucket=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url)
+            elif kind == "dynamodb":
+                specs[kind] = ChannelSpec(
+                    kind="dynamodb", table=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url
+                )
+            elif kind in ("redis", "memcached"):
+                address = redis if kind == "redis" else memcached
+                if address is None:
+                    start = services.start_redis if kind == "redis" else services.start_memcached
+                    service = start()
+                    stack.callback(service.stop)
+                    address = f"127.0.0.1:{service.port}"
+                host, _, port = address.rpartition(":")
+                if not host or not port.isdigit():
+                    raise ConfigError(f"--{kind} must be HOST:PORT, got {address!r}")
+                specs[kind] = ChannelSpec.model_validate({"kind": kind, "host": host, "port": int(port)})
+            else:
+                raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+        yield specs, StorageSpec(bucket=f"lambdaml-calibrate-data-{token}", endpoint_url=endpoint_url)
+
+
+def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec], StorageSpec, bool, Any]:
+    """A stack's channels and data bucket; whether it is a local stack; the stack itself."""
+    from lambdaml.runtime import remote
+
+    stack = remote.resolve_stack(name)
+    specs: dict[str, ChannelSpec] = {}
+    for kind in kinds:
+        if kind == "s3":
+            specs[kind] = ChannelSpec(
+                kind="s3", bucket=stack.output("CommBucketName"), endpoint_url=stack.endpoints.get("s3"),
+                region=stack.region,
+            )  # fmt: skip
+        elif kind == "dynamodb":
+            specs[kind] = ChannelSpec(
+                kind="dynamodb", table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"),
+                region=stack.region,
+            )  # fmt: skip
+        elif kind in ("redis", "memcached"):
+            if "CacheEndpoint" not in stack.outputs or stack.outputs.get("CacheKind", kind) != kind:
+                raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
+            host, _, port = stack.outputs["CacheEndpoint"].partition(":")
+            tls = kind == "redis" and not stack.endpoints  # ElastiCache Redis in the template speaks TLS only
+            specs[kind] = ChannelSpec.model_validate(
+                {"kind": kind, "host": host, "port": int(port) if port else None, "tls": tls}
+            )
+        else:
+            raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+    storage = StorageSpec(
+        bucket=stack.output("DataBucketName"), endpoint_url=stack.endpoints.get("s3"), region=stack.region
+    )
+    return specs, storage, bool(stack.endpoints), stack
+
+
+def measure_stack_startup(stack: Any, repeats: int) -> tuple[float, float, float]:
+    """(first invocation, warm invocation, asynchronous Invoke call) of the stack's coordinator.
+
+    The event names no job, so the coordinator answers at once without touching anything.
+    """
+    import json
+
+    client = stack.client("lambda", read_timeout_s=120, max_attempts=1)
+    function = stack.output("CoordinatorFunctionName")
+    payload = json.dumps({"action": "calibrate"}).encode()
+
+    def call(kind: str) -> None:
+        client.invoke(FunctionName=function, InvocationType=kind, Payload=payload)
+
+    try:
+        first = _median_time(lambda: call("RequestResponse"), 1)
+        warm = _median_time(lambda: call("RequestResponse"), repeats)
+        invoke = _median_time(lambda: call("Event"), repeats)
+    except Exception as exc:  # botocore's errors: the stack's functions cannot be reached
+        raise ConfigError(f"cannot invoke {function} in stack {stack.name!r}: {exc}") from None
+    return first, warm, invoke

@@ -1,0 +1,67 @@
+"""``lambdaml calibrate`` on the local services, and ``advise`` from the profile it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analytic_model import load_profile
+from lambdaml.calibrate import cores
+from lambdaml.cli import main
+from lambdaml.local.services import free_port
+
+
+@pytest.mark.timeout(120)
+def test_calibrate_measures_this_machine_and_advise_uses_it(
+    moto_url: str, redis_port: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "local.json"
+    argv = ["calibrate", "--quick", "--channels", "redis", "--redis", f"127.0.0.1:{redis_port}"]
+    assert main([*argv, "--endpoint-url", moto_url, "--out", str(out)]) == 0
+    assert f"profile: {out}" in capsys.readouterr().out
+
+    profile = load_profile(out)
+    assert profile.target == "local" and profile.shared_cores == cores()
+    redis = profile.channel("redis")
+    assert 0 < redis.latency_get_s < 0.1 and 0 < redis.latency_put_s < 0.1  # loopback: well under 100 ms
+    assert redis.bandwidth_get_Bps > 1e6 and redis.server_get_s > 0
+    assert redis.get_batch == 1000  # not measured: lambdaml's MGET, from the defaults
+    lr = profile.measured["lr:29:dense"]
+    assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
+    assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6
+    assert profile.figure("lambda.checkpoint_every") is None  # local processes do not checkpoint
+    assert "measured by 'lambdaml calibrate'" in profile.origin["channels.redis.latency_get_s"]
+    assert "Lambda" in profile.origin["lambda.vcpu_one_at_mb"]  # what was not measured keeps its source
+
+    advise = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "4MB", "--samples", "40000"]
+    assert main([*advise, "--profile", str(out), "--channels", "redis", "--workers", "2,4", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    faas = [r for r in rows if r["platform"] == "faas"]
+    assert faas and all(r["compute_from"] == "measured" for r in faas)
+    # Four workers on two cores compute no faster than two: the profile shares its cores.
+    per_worker = {r["workers"]: r["time"]["compute_s"] for r in faas if r["pattern"] == "allreduce"}
+    if cores() <= 2:
+        assert per_worker[4] == pytest.approx(per_worker[2], rel=0.01)
+
+
+def test_calibrate_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A stack whose CloudFormation endpoint answers nothing (a closed loopback port): never AWS.
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    (tmp_path / "stacks").mkdir()
+    dead = f"http://127.0.0.1:{free_port()}"
+    record = {"endpoints": {"cloudformation": dead, "s3": dead}, "region": "us-east-1", "outputs": {}}
+    (tmp_path / "stacks" / "gone.json").write_text(json.dumps(record))
+    for argv, message in (
+        (["calibrate", "--stack", "gone"], "error: cannot read stack 'gone': "),
+        (["calibrate", "--channels", "kafka"], "error: unknown channel 'kafka'; known: s3, redis, memcached, dynamodb"),
+        (["calibrate", "--model", "gpt"], "error: unknown model 'gpt'; known: "),
+        (["calibrate", "--batch-size", "1"], "error: --features must be at least 1 and --batch-size at least 2"),
+    ):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(message), err
+        assert err.count("\n") == 1 and "Traceback" not in err

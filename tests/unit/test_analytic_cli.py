@@ -1,0 +1,83 @@
+"""``lambdaml advise`` through the CLI's entry point: the table, the JSON, the plot and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analytic_model.profile import save_profile
+from lambdaml.cli import main
+
+LR = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "1.2GB", "--samples", "11e6"]
+SMALL = ["--workers", "2,10", "--memory", "3008", "--instances", "c5.large,g4dn.xlarge"]
+
+
+def test_advise_prints_a_table_and_one_recommendation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*LR, "--algorithm", "admm", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "lr with admm: 11,000,000 samples, 1.2 GB, 10 epochs" in out
+    assert "IaaS  10 c5.large" in out and "FaaS  10 s3 " in out and "FaaS   2 dynamodb " in out
+    assert out.count("recommended: ") == 1
+    assert any(line.lstrip().startswith("*") for line in out.splitlines())  # Pareto rows are marked
+
+
+def test_advise_json_is_valid_and_complete(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*LR, *SMALL, "--channels", "s3,redis", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    configurations = 2 * (2 * 2 + 2)  # for W=2 and W=10: 2 channels x 2 patterns, and 2 instance types
+    assert len(data["rows"]) == configurations
+    assert data["recommended"] in data["pareto"]
+    assert {r["platform"] for r in data["rows"]} == {"faas", "iaas"}
+    assert all(r["time_s"] > 0 and r["cost"] > 0 for r in data["rows"])
+    assert data["prices_checked"] and data["workload"]["samples"] == 11_000_000
+
+
+def test_advise_writes_the_cost_against_time_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "advice.png"
+    assert main([*LR, *SMALL, "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {plot}" in capsys.readouterr().out
+
+
+def test_advise_takes_the_epochs_to_a_target_from_a_measured_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tmp_path / "result.json"
+    curve = [{"epoch": e, "loss": loss, "elapsed_s": e} for e, loss in enumerate([0.69, 0.65, 0.63, 0.62], 1)]
+    result.write_text(json.dumps({"loss_curve": curve}))
+    assert main([*LR, *SMALL, "--from-result", str(result), "--target-loss", "0.63", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workload"]["epochs"] == 3
+
+
+def test_advise_reads_a_profile_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    save_profile({"target": "local", "faas": {"shared_cores": 2}}, tmp_path / "profiles" / "bench.json")
+    assert main([*LR, *SMALL, "--profile", "bench", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profile"] == "local"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--dataset-bytes", "-5"], "error: --dataset-bytes must be positive, got '-5'"),
+        (["--samples", "-3"], "error: --samples must be positive, got '-3'"),
+        (["--channels", "kafka"], "error: unknown channel 'kafka'; the profile knows: dynamodb, memcached, redis, s3"),
+        (["--instances", "x9.huge"], "error: unknown instance type 'x9.huge'; known: c5.2xlarge"),
+        (["--model", "gpt"], "error: unknown model 'gpt'; known: kmeans, lr, mlp, mobilenet, resnet18, resnet50, svm"),
+        (["--profile", "/no/such/profile.json"], "error: profile file '/no/such/profile.json' not found"),
+        (["--from-result", "r.json"], "error: --from-result needs --target-loss"),
+        (["--workers", "2,x"], "error: --workers must be a whole number, got 'x'"),
+        (["--patterns", "ring"], "error: unknown pattern 'ring'; known: allreduce, scatter_reduce"),
+        (["--region", "mars-1"], "error: no prices for region 'mars-1'"),
+    ],
+)
+def test_bad_arguments_end_in_one_line(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*LR, *SMALL, *extra]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(message)
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.out == ""
