@@ -108,6 +108,23 @@ def worker_with_channel(
     return work
 
 
+def run_killing(job: JobSpec, channel: ChannelSpec, victim: int, at: int, *, calls: int = 10**9) -> str:
+    """Run the job on Lambda's handlers with rank ``victim``'s channel client dying at request ``at``."""
+    killed: list[int] = []
+
+    def arm(event: dict[str, Any], client: Channel) -> None:
+        if event["rank"] == victim and not killed:
+            kill_after(client, at, killed)
+
+    lam = invoker()
+    lam.handlers["worker"] = worker_with_channel(channel, arm)
+    lam.calls_per_invocation = calls
+    job_id = start(job, lam)
+    lam.join()
+    assert killed == [at], f"rank {victim} was to die at request {at}"
+    return job_id
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     seed: int, storage: tuple[StorageSpec, Channel], services: Services, fault_free: np.ndarray
@@ -119,19 +136,8 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     pattern = rng.choice(["allreduce", "scatter_reduce"])
     job = make_job(spec, channel, sync={"pattern": pattern}, runtime={"checkpoint_every": rng.choice([2, 3, 5])})
     victim, at = rng.randrange(WORKERS), rng.randrange(2, 40)
-    killed: list[int] = []
-
-    def arm(event: dict[str, Any], client: Channel) -> None:
-        if event["rank"] == victim and not killed:
-            kill_after(client, at, killed)
-
-    lam = invoker()
-    lam.handlers["worker"] = worker_with_channel(channel, arm)
-    lam.calls_per_invocation = rng.choice([10**9, 7])  # with or without continuations too
-    job_id = start(job, lam)
-    lam.join()
-
-    assert killed == [at], f"rank {victim} was to die at request {at}"
+    calls = rng.choice([10**9, 7])  # with or without continuations too
+    job_id = run_killing(job, channel, victim, at, calls=calls)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
     assert_no_keys_left(channel, job_id)
@@ -164,18 +170,7 @@ def test_asp_worker_killed_at_a_random_request_resumes_near_the_fault_free_loss(
     spec, store = storage
     channel = channel_spec(("redis", "memcached")[seed % 2], services)
     job = asp_job(spec, channel)
-    victim, at = rng.randrange(WORKERS), rng.randrange(5, 60)
-    killed: list[int] = []
-
-    def arm(event: dict[str, Any], client: Channel) -> None:
-        if event["rank"] == victim and not killed:
-            kill_after(client, at, killed)
-
-    lam = invoker()
-    lam.handlers["worker"] = worker_with_channel(channel, arm)
-    job_id = start(job, lam)
-    lam.join()
-    assert killed == [at]
+    job_id = run_killing(job, channel, victim=rng.randrange(WORKERS), at=rng.randrange(5, 60))
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     result = get_json(store, keys.job_result(job_id))
     mean, spread = asp_fault_free
