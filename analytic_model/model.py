@@ -18,7 +18,7 @@ from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 from analytic_model.profile import ChannelPerf, InstanceSpec, ModelInfo, Profile, compute_key
-from analytic_model.tables import prices
+from analytic_model.tables import prices, request_dollars
 from lambdaml.errors import ConfigError
 
 PATTERNS = ("allreduce", "scatter_reduce")
@@ -592,15 +592,6 @@ def _channel_dollars(
     kind: str, traffic: Requests, wall_s: float, table: dict[str, Any], profile: Profile, cache_node: str | None
 ) -> float:
     """The channel's price for the whole job: requests (S3, DynamoDB) or node time (a cache)."""
-    if kind == "s3":
-        put_like = traffic.puts + traffic.lists + traffic.deletes
-        return float(put_like * table["s3"]["put_like_request"] + traffic.gets * table["s3"]["get_like_request"])
-    if kind == "dynamodb":
-        # One write unit per KB written, one consistent read unit per 4 KB read, at least one per request.
-        writes = max(traffic.bytes_sent / KB, traffic.puts)
-        reads = max(traffic.bytes_received / (4 * KB), traffic.gets)
-        unit = table["dynamodb"]
-        return float(writes * unit["write_request_unit"] + reads * unit["read_request_unit"])
     if kind in ("redis", "memcached"):
         node = cache_node or str(profile.figure("cache_node"))
         try:
@@ -609,7 +600,16 @@ def _channel_dollars(
             known = ", ".join(sorted(table["elasticache"]))
             raise ConfigError(f"no price for cache node {node!r}; known: {known}") from None
         return wall_s / 3600 * hourly
-    return 0.0
+    return request_dollars(
+        kind,
+        table,
+        puts=traffic.puts,
+        gets=traffic.gets,
+        lists=traffic.lists,
+        deletes=traffic.deletes,
+        bytes_sent=traffic.bytes_sent,
+        bytes_received=traffic.bytes_received,
+    )
 
 
 def iaas_speed(instance: InstanceSpec, kind: str, profile: Profile) -> float:

@@ -66,3 +66,31 @@ def sources(node: Any, path: str = "") -> dict[str, str]:
             if not key.startswith("_"):
                 found.update(sources(value, f"{path}.{key}" if path else key))
     return found
+
+
+def request_dollars(
+    kind: str,
+    table: dict[str, Any],
+    *,
+    puts: float,
+    gets: float,
+    lists: float = 0.0,
+    deletes: float = 0.0,
+    bytes_sent: float = 0.0,
+    bytes_received: float = 0.0,
+) -> float:
+    """What a channel's requests cost on S3 or DynamoDB (a cache bills node time instead: 0 here).
+
+    ``table`` is one region's prices. The same rule prices finished jobs (``lambdaml.cost``)
+    and predictions (``analytic_model.model``).
+    """
+    if kind == "s3":
+        s3 = table["s3"]
+        return float((puts + lists + deletes) * s3["put_like_request"] + gets * s3["get_like_request"])
+    if kind == "dynamodb":
+        # One write unit per KB written, one consistent read unit per 4 KB read, at least one per request.
+        writes = max(bytes_sent / 1024, puts)
+        reads = max(bytes_received / (4 * 1024), gets)
+        unit = table["dynamodb"]
+        return float(writes * unit["write_request_unit"] + reads * unit["read_request_unit"])
+    return 0.0

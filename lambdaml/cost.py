@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analytic_model.tables import price_table, prices
+from analytic_model.tables import price_table, prices, request_dollars
 from lambdaml.errors import ConfigError
 
 KB = 1024
@@ -28,18 +28,19 @@ def lambda_cost(invocations: list[dict[str, float]], region: str) -> dict[str, f
 def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: str) -> dict[str, float]:
     """Requests on the channel in dollars; a cache is billed per node-hour for the job's time."""
     table = prices(region)
-    if kind == "s3":
-        put_like = traffic.get("puts", 0) + traffic.get("lists", 0) + traffic.get("deletes", 0)
-        dollars = put_like * table["s3"]["put_like_request"] + traffic.get("gets", 0) * table["s3"]["get_like_request"]
-    elif kind == "dynamodb":
-        # One write unit per KB written, one (consistent) read unit per 4 KB read, at least one per request.
-        writes = max(traffic.get("bytes_sent", 0) / KB, traffic.get("puts", 0) + traffic.get("counters", 0))
-        reads = max(traffic.get("bytes_received", 0) / (4 * KB), traffic.get("gets", 0))
-        dollars = writes * table["dynamodb"]["write_request_unit"] + reads * table["dynamodb"]["read_request_unit"]
-    elif kind in ("redis", "memcached"):
+    if kind in ("redis", "memcached"):
         dollars = wall_s / 3600 * table["elasticache"]["cache.t4g.small"]
     else:
-        dollars = 0.0
+        dollars = request_dollars(
+            kind,
+            table,
+            puts=traffic.get("puts", 0) + traffic.get("counters", 0),
+            gets=traffic.get("gets", 0),
+            lists=traffic.get("lists", 0),
+            deletes=traffic.get("deletes", 0),
+            bytes_sent=traffic.get("bytes_sent", 0),
+            bytes_received=traffic.get("bytes_received", 0),
+        )
     return {"requests": traffic.get("requests", 0), "dollars": dollars}
 
 
