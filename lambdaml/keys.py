@@ -158,13 +158,8 @@ def asp_prefix(job_id: str) -> str:
     return comm_prefix(job_id) + "asp/"
 
 
-def asp_version_update(job_id: str, version: int) -> str:
-    """An update numbered by the job's atomic version counter (Redis, Memcached, DynamoDB)."""
-    return asp_prefix(job_id) + f"v{version:012d}"
-
-
 def asp_rank_update(job_id: str, rank: int, seq: int) -> str:
-    """The ``seq``-th update of one rank (channels without a counter: S3)."""
+    """The ``seq``-th update of one rank (every channel: per-writer numbers leave no holes)."""
     return asp_prefix(job_id) + f"p{rank:05d}/s{seq:012d}"
 
 
