@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lambdaml import aws, keys, settings
-from lambdaml.config import JobSpec
+from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.runtime.job import new_job_id, preflight
 from lambdaml.storage import open_storage, put_json
@@ -155,13 +155,7 @@ def terminate(name: str) -> Cluster:
     cloudformation = aws.client("cloudformation", endpoint_url=cluster.endpoint_url, region=cluster.region)
     cloudformation.delete_stack(StackName=name)
     aws.wait_for_stack(cloudformation, name, deleted=True, timeout_s=STACK_TIMEOUT_S)
-    store = open_storage_of(cluster)
+    store = open_storage(StorageSpec(bucket=cluster.bucket, endpoint_url=cluster.endpoint_url, region=cluster.region))
     store.clear(keys.iaas_prefix(cluster.job_id))
     _record_path(name).unlink()
     return cluster
-
-
-def open_storage_of(cluster: Cluster) -> Any:
-    from lambdaml.config import StorageSpec
-
-    return open_storage(StorageSpec(bucket=cluster.bucket, endpoint_url=cluster.endpoint_url, region=cluster.region))
