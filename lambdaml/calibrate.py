@@ -232,10 +232,9 @@ def _run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) ->
     return reports
 
 
-def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int) -> dict[str, float | None]:
-    """What the store, or the machine every process shares, sustains with several workers at once."""
+def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int, n: int) -> dict[str, float | None]:
+    """What the store, or the machine every process shares, sustains with ``n`` workers at once."""
     ctx = mp.get_context("spawn")
-    n = effort.processes
     barrier = ctx.Barrier(n)
     results = ctx.Queue()
     spec_data = spec.model_dump()
@@ -457,14 +456,16 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
         # Where the store serves requests one after another, the round is its busy time, the
         # polls that found nothing included: that is not a loss the model must add on top.
         missed = max(gets - world * (world - 1), 0.0)
-        busy = world * perf.server_request("put") + perf.server_request("get") * (
+        busy = world * perf.server_request("put", world) + perf.server_request("get", world) * (
             world * perf.round_trips("get", world - 1) + missed / max(min(world - 1, perf.get_batch), 1)
         )
         losses[world] = max(small_s - max(transfers, busy), 0.0)
         large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 2))
         extra = large - small
         alone = extra / perf.bandwidth("put") + (world - 1) * extra / perf.bandwidth("get")
-        store = store_s(perf, "put", 0, world * extra) + store_s(perf, "get", 0, world * (world - 1) * extra)
+        store = store_s(perf, "put", 0, world * extra, world) + store_s(
+            perf, "get", 0, world * (world - 1) * extra, world
+        )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
     worlds = sorted(losses)
@@ -487,8 +488,16 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         figures["cleanup_cpu_s"] = measure_cleanup_cpu(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
         figures["max_item_bytes"] = channel.max_item_bytes
-    say(f"channel {spec.kind}: {effort.processes} processes at once")
-    figures.update(measure_store(spec, effort, large_floats))
+    say(f"channel {spec.kind}: 2 and {effort.processes} processes at once")
+    pair = measure_store(spec, effort, large_floats, 2)
+    figures.update(pair)
+    if effort.processes > 2:
+        # A local store shares the machine's cores with its clients: its time per request grows with them.
+        crowd = measure_store(spec, effort, large_floats, effort.processes)
+        growth = [(crowd[f"server_{op}_s"] or 0.0) / (pair[f"server_{op}_s"] or 1.0) - 1.0 for op in ("put", "get")]
+        figures["server_growth"] = max(statistics.fmean(growth), 0.0) / (effort.processes - 2)
+        for op in ("put", "get"):  # the byte limits from the heavier load, where the bytes dominate
+            figures[f"server_{op}_Bps"] = crowd[f"server_{op}_Bps"] or pair[f"server_{op}_Bps"]
     say(f"channel {spec.kind}: workers exchanging values")
     figures.update(measure_exchange(spec, figures, effort, large_floats))
     return figures
