@@ -226,9 +226,9 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     return seconds
 
 
-def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float) -> float:
+def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float, clients: int = 2) -> float:
     """Time the shared store (or the shared local machine) spends on ``requests`` moving ``nbytes``."""
-    seconds = requests * channel.server_request(op)
+    seconds = requests * channel.server_request(op, clients)
     bandwidth = channel.server_bandwidth(op)
     if bandwidth:
         seconds += nbytes / bandwidth
@@ -240,7 +240,8 @@ def phase_s(channel: ChannelPerf, op: str, clients: int, count: int, size: float
     if clients <= 0 or count <= 0:
         return 0.0
     trips = clients * channel.round_trips(op, count * _items(channel, size))
-    return max(call_s(channel, op, count, size, clients), store_s(channel, op, trips, clients * count * size))
+    store = store_s(channel, op, trips, clients * count * size, clients)
+    return max(call_s(channel, op, count, size, clients), store)
 
 
 @dataclass(frozen=True)
@@ -260,8 +261,9 @@ def poll_of(channel: ChannelPerf, keys: int, others: int) -> Poll:
     """
     trips = channel.round_trips("get", keys)
     unloaded = call_s(channel, "get", keys, 0)
-    queue = channel.server_request("get") * others
-    seconds = max(unloaded, queue + channel.server_request("get") * trips)
+    per_request = channel.server_request("get", others + 1)
+    queue = per_request * others
+    seconds = max(unloaded, queue + per_request * trips)
     return Poll(seconds, max(unloaded / 2, queue))
 
 
@@ -327,16 +329,16 @@ def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
     return max(chain + channel.cleanup_cpu_s, busy)
 
 
-def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float) -> float:
+def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float, workers: int) -> float:
     """Store time of a whole round, with rank 0's clean-up of the previous one (a listing and a batch delete).
 
     The clean-up runs on a background thread, off the round's critical path, but the store
     serves it all the same.
     """
     return (
-        store_s(channel, "put", requests.puts, requests.bytes_sent)
-        + store_s(channel, "get", get_trips, requests.bytes_received)
-        + 2 * channel.server_request("get")
+        store_s(channel, "put", requests.puts, requests.bytes_sent, workers)
+        + store_s(channel, "get", get_trips, requests.bytes_received, workers)
+        + 2 * channel.server_request("get", workers)
     )
 
 
@@ -400,7 +402,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
             + misses_agg * channel.round_trips("get", w - 1)
             + (w - 1) * misses_others
         )
-        busy = _store_busy(channel, requests, get_trips)
+        busy = _store_busy(channel, requests, get_trips, w)
         stretch = max(1.0, busy / chain)
     phases = {
         "put": put_others,
@@ -430,7 +432,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     # A missed poll asks again for the keys still missing: about half of them, on average.
     requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=w * misses * (w - 1) / 2)
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + w * misses * channel.round_trips("get", w - 1)
-    busy = _store_busy(channel, requests, get_trips)
+    busy = _store_busy(channel, requests, get_trips, w)
     phases = {
         "scatter": scatter,
         "late_pieces": straggle,

@@ -48,6 +48,7 @@ class ChannelPerf:
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
     cleanup_cpu_s: float = 0.0  # rank 0's CPU for deleting the previous round: its background thread holds the GIL
+    server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))
@@ -58,8 +59,9 @@ class ChannelPerf:
     def bandwidth(self, op: str) -> float:
         return float(getattr(self, f"bandwidth_{op}_Bps"))
 
-    def server_request(self, op: str) -> float:
-        return float(getattr(self, f"server_{op}_s"))
+    def server_request(self, op: str, clients: int = 2) -> float:
+        """The store's time per request while ``clients`` workers use it (a local store shares its CPU)."""
+        return float(getattr(self, f"server_{op}_s")) * (1.0 + self.server_growth * max(clients - 2, 0))
 
     def server_bandwidth(self, op: str) -> float | None:
         value = getattr(self, f"server_{op}_Bps")

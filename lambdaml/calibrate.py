@@ -232,10 +232,9 @@ def _run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) ->
     return reports
 
 
-def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int) -> dict[str, float | None]:
-    """What the store, or the machine every process shares, sustains with several workers at once."""
+def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int, n: int) -> dict[str, float | None]:
+    """What the store, or the machine every process shares, sustains with ``n`` workers at once."""
     ctx = mp.get_context("spawn")
-    n = effort.processes
     barrier = ctx.Barrier(n)
     results = ctx.Queue()
     spec_data = spec.model_dump()
@@ -406,13 +405,17 @@ def _exchange(
                 codec.decode(raw, dtype=value.dtype, shape=value.shape)
             ends.append(time.perf_counter())
         channel.close()
-        results.put((index, (ends, channel.stats.gets), None))
+        results.put((index, (ends, channel.stats.gets, channel.stats.wait_s), None))
     except Exception as exc:  # reported to the parent as one line
-        results.put((index, ([], 0), f"{type(exc).__name__}: {exc}"))
+        results.put((index, ([], 0, 0.0), f"{type(exc).__name__}: {exc}"))
 
 
 def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> tuple[float, float]:
-    """(median round, gets per round over all processes) of ``world`` processes exchanging values."""
+    """(median round, a process's mean wait per round) of ``world`` processes exchanging values.
+
+    The wait is the channel's own account: the time in ``wait_for`` before the poll that
+    found the last value, i.e. waiting on the others, the transfers excluded.
+    """
     ctx = mp.get_context("spawn")
     job = f"calibrate-exchange-{secrets.token_hex(3)}"
     barrier = ctx.Barrier(world)
@@ -427,21 +430,22 @@ def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> 
         raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
     with open_channel(spec) as channel:
         channel.clear(keys.comm_prefix(job))
-    ends = next(e for i, (e, _), _ in reports if i == 0)
+    ends = next(e for i, (e, _, _), _ in reports if i == 0)
     round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
-    return round_s, sum(gets for _, (_, gets), _ in reports) / rounds
+    return round_s, statistics.fmean(wait for _, (_, _, wait), _ in reports) / rounds
 
 
 def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
     """What W workers that exchange values lose beyond one worker's transfers, measured with W processes.
 
     Each round every process puts one value and waits for and reads the others' (what every
-    phase of the patterns amounts to). With small values, the round's time beyond one put
-    phase and one get phase is what a wait loses: polling granularity, stragglers and, on a
-    shared machine, scheduling. With large values, what the bytes cost beyond one worker's
-    bandwidth is crowding: workers that move bytes at once slow each other down.
+    phase of the patterns amounts to). With small values, the time a process spends waiting
+    is what a wait loses: polling granularity, stragglers and, on a shared machine,
+    scheduling (less the part of it a store that serves one request at a time already
+    accounts for). With large values, what the bytes cost beyond one worker's bandwidth is
+    crowding: workers that move bytes at once slow each other down.
     """
-    from analytic_model.model import phase_s, store_s
+    from analytic_model.model import call_s, phase_s, store_s
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
@@ -452,19 +456,17 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     losses: dict[int, float] = {}
     crowding: list[float] = []
     for world in sorted({2, max(2, effort.processes)}):
-        small_s, gets = _exchange_round(spec, world, SMALL_FLOATS, rounds)
-        transfers = phase_s(perf, "put", world, 1, small) + phase_s(perf, "get", world, world - 1, small)
-        # Where the store serves requests one after another, the round is its busy time, the
-        # polls that found nothing included: that is not a loss the model must add on top.
-        missed = max(gets - world * (world - 1), 0.0)
-        busy = world * perf.server_request("put") + perf.server_request("get") * (
-            world * perf.round_trips("get", world - 1) + missed / max(min(world - 1, perf.get_batch), 1)
-        )
-        losses[world] = max(small_s - max(transfers, busy), 0.0)
+        small_s, waited = _exchange_round(spec, world, SMALL_FLOATS, rounds)
+        # A store that serves the puts one after another makes a worker wait for the others' turns:
+        # the model's put phase already lasts that long (about half of it, on average, is waiting).
+        serial = max(phase_s(perf, "put", world, 1, small) - call_s(perf, "put", 1, small), 0.0)
+        losses[world] = max(waited - serial / 2, 0.0)
         large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 2))
         extra = large - small
         alone = extra / perf.bandwidth("put") + (world - 1) * extra / perf.bandwidth("get")
-        store = store_s(perf, "put", 0, world * extra) + store_s(perf, "get", 0, world * (world - 1) * extra)
+        store = store_s(perf, "put", 0, world * extra, world) + store_s(
+            perf, "get", 0, world * (world - 1) * extra, world
+        )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
     worlds = sorted(losses)
@@ -487,8 +489,16 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         figures["cleanup_cpu_s"] = measure_cleanup_cpu(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
         figures["max_item_bytes"] = channel.max_item_bytes
-    say(f"channel {spec.kind}: {effort.processes} processes at once")
-    figures.update(measure_store(spec, effort, large_floats))
+    say(f"channel {spec.kind}: 2 and {effort.processes} processes at once")
+    pair = measure_store(spec, effort, large_floats, 2)
+    figures.update(pair)
+    if effort.processes > 2:
+        # A local store shares the machine's cores with its clients: its time per request grows with them.
+        crowd = measure_store(spec, effort, large_floats, effort.processes)
+        growth = [(crowd[f"server_{op}_s"] or 0.0) / (pair[f"server_{op}_s"] or 1.0) - 1.0 for op in ("put", "get")]
+        figures["server_growth"] = max(statistics.fmean(growth), 0.0) / (effort.processes - 2)
+        for op in ("put", "get"):  # the byte limits from the heavier load, where the bytes dominate
+            figures[f"server_{op}_Bps"] = crowd[f"server_{op}_Bps"] or pair[f"server_{op}_Bps"]
     say(f"channel {spec.kind}: workers exchanging values")
     figures.update(measure_exchange(spec, figures, effort, large_floats))
     return figures
