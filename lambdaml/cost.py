@@ -34,7 +34,7 @@ def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: st
         dollars = request_dollars(
             kind,
             table,
-            puts=traffic.get("puts", 0) + traffic.get("counters", 0),
+            puts=traffic.get("puts", 0),
             gets=traffic.get("gets", 0),
             lists=traffic.get("lists", 0),
             deletes=traffic.get("deletes", 0),

@@ -147,10 +147,6 @@ def barrier_key(job_id: str, name: str, rank: int) -> str:
     return comm_prefix(job_id) + f"barrier/{check_name(name, 'barrier name')}/p{rank:05d}"
 
 
-def counter_key(job_id: str, name: str) -> str:
-    return comm_prefix(job_id) + f"counter/{check_name(name, 'counter name')}"
-
-
 # --- asynchronous updates (ASP/SSP) ------------------------------------------------
 
 

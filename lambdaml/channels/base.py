@@ -1,7 +1,7 @@
 """The Channel: a small abstract storage core with a rich layer written once on top.
 
 A backend implements ``_put``, ``_get``, ``_list`` and ``_delete`` (plus, where it has
-them, batch reads and an atomic counter). Everything else lives here, once: chunking of
+them, batch reads and writes). Everything else lives here, once: chunking of
 values over the backend's item limit, paginated listing without chunk parts, concurrent
 multi-gets, bounded waits with backoff, retries of transient failures, prefix clearing,
 and request/byte accounting.
@@ -52,7 +52,6 @@ class ChannelStats:
     gets: int = 0
     lists: int = 0
     deletes: int = 0
-    counters: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
     wait_s: float = 0.0  # time in wait_for before the poll that found the last key: waiting on others
@@ -65,7 +64,7 @@ class ChannelStats:
 
     @property
     def requests(self) -> int:
-        return self.puts + self.gets + self.lists + self.deletes + self.counters
+        return self.puts + self.gets + self.lists + self.deletes
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -73,7 +72,6 @@ class ChannelStats:
             "gets": self.gets,
             "lists": self.lists,
             "deletes": self.deletes,
-            "counters": self.counters,
             "requests": self.requests,
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
@@ -110,6 +108,10 @@ class Channel(ABC):
     reconnect_s: float = 5.0
     #: Concurrent requests per channel for multi-key operations.
     concurrency: int = 32
+    #: Values one write request may carry (pipelined SETs, a multi-set) and their total size;
+    #: 1: every value is its own request. Batches still go out concurrently.
+    put_batch: int = 1
+    put_batch_bytes: int = 1 << 20
 
     def __init__(self) -> None:
         self.stats = ChannelStats()
@@ -138,6 +140,11 @@ class Channel(ABC):
     def _delete(self, keys: Sequence[str]) -> None:
         """Delete the keys (at most 1,000 per call); missing keys are not an error."""
 
+    def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Backends with batched writes override this (one round trip for the batch)."""
+        for key, data in items:
+            self._put(key, data)
+
     def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         """Backends with batch reads override this; the default issues the GETs concurrently."""
 
@@ -148,14 +155,6 @@ class Channel(ABC):
                 return key, None
 
         return {k: v for k, v in self._map(one, keys) if v is not None}
-
-    def _incr(self, key: str, amount: int) -> int:
-        raise ChannelError(f"the {self.kind} channel has no atomic counter")
-
-    @property
-    def has_counter(self) -> bool:
-        """Whether the backend has an atomic counter (Redis, Memcached, DynamoDB, memory)."""
-        return type(self)._incr is not Channel._incr
 
     def ensure(self) -> None:
         """Create the bucket/table if missing (local stacks and tests; on AWS the template does)."""
@@ -235,12 +234,24 @@ class Channel(ABC):
             manifests.append((key, manifest))
             sent += len(data) + len(manifest)
 
-        def put_one(pair: tuple[str, bytes]) -> None:
-            self._retry(self._put, *pair)
+        def put_batch(batch: Sequence[tuple[str, bytes]]) -> None:
+            self._retry(self._put_batch, batch)  # a write is idempotent: a retried batch rewrites the same bytes
 
-        self._map(put_one, first)
-        self._map(put_one, manifests)
+        self._map(put_batch, self._put_batches(first))
+        self._map(put_batch, self._put_batches(manifests))
         self.stats.add(puts=len(first) + len(manifests), bytes_sent=sent)
+
+    def _put_batches(self, items: Sequence[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
+        """Consecutive values grouped up to ``put_batch`` values and ``put_batch_bytes`` bytes (one at least)."""
+        batches: list[list[tuple[str, bytes]]] = []
+        size = 0
+        for item in items:
+            if not batches or len(batches[-1]) >= self.put_batch or size + len(item[1]) > self.put_batch_bytes:
+                batches.append([])
+                size = 0
+            batches[-1].append(item)
+            size += len(item[1])
+        return batches
 
     def get(self, key: str) -> bytes:
         """Return the value at ``key``; raises KeyNotFound."""
@@ -332,12 +343,6 @@ class Channel(ABC):
         for batch in batches:
             self._retry(self._delete, batch)
         self.stats.add(deletes=len(batches))
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        """Atomically add ``amount`` to a counter (created at 0) and return the new value."""
-        value = self._retry(self._incr, key, amount)
-        self.stats.add(counters=1)
-        return value
 
     def __enter__(self) -> Channel:
         return self

@@ -1,4 +1,4 @@
-"""The DynamoDB channel: items ``{"k": key, "v": bytes}`` in one table, plus numeric counters.
+"""The DynamoDB channel: items ``{"k": key, "v": bytes}`` in one table.
 
 Items are capped at 400 KB, so values are chunked by the base above ``max_item_bytes``.
 Reads are strongly consistent (a worker must see what another just wrote). Listing is a
@@ -35,7 +35,7 @@ TABLE_ACTIVE_TIMEOUT_S = 120.0
 
 
 class DynamoDBChannel(Channel):
-    """Values as binary attributes in one table; BatchGetItem for batch reads, ADD for counters."""
+    """Values as binary attributes in one table; BatchGetItem for batch reads."""
 
     kind = "dynamodb"
 
@@ -76,8 +76,6 @@ class DynamoDBChannel(Channel):
     def _value(item: dict[str, Any]) -> bytes:
         if "v" in item:
             return bytes(item["v"]["B"])
-        if "n" in item:  # a counter reads like Redis and Memcached: its decimal digits
-            return item["n"]["N"].encode()
         return b""
 
     def _put(self, key: str, data: bytes) -> None:
@@ -156,19 +154,6 @@ class DynamoDBChannel(Channel):
         raise TransientChannelError(
             f"dynamodb {self.table}: batch delete left items unprocessed {UNPROCESSED_TRIES} times"
         )
-
-    def _incr(self, key: str, amount: int) -> int:
-        response = self._call(
-            f"add to counter {key}",
-            self.client.update_item,
-            TableName=self.table,
-            Key={"k": {"S": key}},
-            UpdateExpression="ADD #n :a",
-            ExpressionAttributeNames={"#n": "n"},
-            ExpressionAttributeValues={":a": {"N": str(int(amount))}},
-            ReturnValues="ALL_NEW",  # UPDATED_NEW omits "n" on moto when ADD 0 changes nothing
-        )
-        return int(response["Attributes"]["n"]["N"])
 
     def ensure(self) -> None:
         status = self._table_status()

@@ -1,4 +1,4 @@
-"""The Memcached channel (ElastiCache for Memcached): fast, with batch reads and a counter.
+"""The Memcached channel (ElastiCache for Memcached): fast, with batch reads and writes.
 
 Memcached refuses items of 1 MiB and more by default, so values are chunked by the base
 above ``max_item_bytes``. It has no key listing: ``_list`` walks the server's items with
@@ -94,9 +94,10 @@ class _AuthenticatingPool(PooledClient):
 
 
 class MemcachedChannel(Channel):
-    """Values as memcached items; get_many for batch reads, add+incr for counters."""
+    """Values as memcached items; set_many and get_many for batch writes and reads."""
 
     kind = "memcached"
+    put_batch = _BATCH
 
     def __init__(
         self,
@@ -167,6 +168,16 @@ class MemcachedChannel(Channel):
         if not stored:
             raise ChannelError(f"memcached at {self.endpoint} did not store {key} ({len(data)} bytes)")
 
+    def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
+        if len(items) == 1:
+            self._put(*items[0])
+            return
+        refused = self._call(f"set of {len(items)} keys", self.client.set_many, dict(items), noreply=False)
+        if refused:
+            raise ChannelError(
+                f"memcached at {self.endpoint} did not store {len(refused)} of {len(items)} keys (first: {refused[0]})"
+            )
+
     def _get(self, key: str) -> bytes:
         value = self._call(f"get {key}", self.client.get, key)
         if value is None:
@@ -190,16 +201,6 @@ class MemcachedChannel(Channel):
         for start in range(0, len(keys), _BATCH):
             batch = list(keys[start : start + _BATCH])
             self._call(f"delete of {len(batch)} keys", self.client.delete_many, batch, noreply=False)
-
-    def _incr(self, key: str, amount: int) -> int:
-        if amount < 0:
-            raise ChannelError("memcached counters only count up (decr stops at 0 instead of going negative)")
-        # incr needs the item to exist; add is a no-op when it already does.
-        self._call(f"add {key}", self.client.add, key, b"0", noreply=False)
-        value = self._call(f"incr {key}", self.client.incr, key, amount, noreply=False)
-        if value is None:
-            raise TransientChannelError(f"memcached counter {key} vanished between add and incr (evicted?)")
-        return int(value)
 
     def _list(self, prefix: str) -> Iterable[str]:
         deadline = time.monotonic() + self.list_timeout_s

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from lambdaml.channels.base import Channel
-from lambdaml.errors import ChannelError, KeyNotFound
+from lambdaml.errors import KeyNotFound
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 class MemoryChannel(Channel):
-    """A thread-safe dict; counters are stored as decimal digits, as Redis and Memcached do."""
+    """A thread-safe dict."""
 
     kind = "memory"
 
@@ -58,13 +58,3 @@ class MemoryChannel(Channel):
         with self._lock:
             for key in keys:
                 self._data.pop(key, None)
-
-    def _incr(self, key: str, amount: int) -> int:
-        with self._lock:
-            current = self._data.get(key, b"0")
-            try:
-                value = int(current) + amount
-            except ValueError:
-                raise ChannelError(f"memory://{key} holds a value that is not a counter") from None
-            self._data[key] = str(value).encode()
-            return value

@@ -1,4 +1,4 @@
-"""The Redis channel (ElastiCache for Redis): fast, with batch reads and an atomic counter.
+"""The Redis channel (ElastiCache for Redis): fast, with batch reads and writes.
 
 Values are stored as plain strings (bytes); Redis takes values up to 512 MB, so nothing
 is chunked. Listing uses SCAN (never KEYS, which blocks the server).
@@ -39,9 +39,10 @@ def escape_glob(prefix: str) -> str:
 
 
 class RedisChannel(Channel):
-    """Values as Redis strings; MGET for batch reads, INCRBY for counters."""
+    """Values as Redis strings; pipelined SETs for batch writes, MGET for batch reads."""
 
     kind = "redis"
+    put_batch = 100
 
     def __init__(self, client: Any) -> None:
         super().__init__()
@@ -97,6 +98,15 @@ class RedisChannel(Channel):
     def _put(self, key: str, data: bytes) -> None:
         self._call(f"SET {key}", self.client.set, key, data)
 
+    def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
+        if len(items) == 1:
+            self._put(*items[0])
+            return
+        pipe = self.client.pipeline(transaction=False)  # one round trip, no MULTI/EXEC
+        for key, data in items:
+            pipe.set(key, data)
+        self._call(f"pipelined SET of {len(items)} keys", pipe.execute)
+
     def _get(self, key: str) -> bytes:
         value = self._call(f"GET {key}", self.client.get, key)
         if value is None:
@@ -126,9 +136,6 @@ class RedisChannel(Channel):
             batch = list(keys[start : start + 1000])
             if batch:
                 self._call(f"DEL of {len(batch)} keys", self.client.delete, *batch)
-
-    def _incr(self, key: str, amount: int) -> int:
-        return int(self._call(f"INCRBY {key}", self.client.incrby, key, amount))
 
     def ensure(self) -> None:
         """Nothing to create; check the server answers, so a bad endpoint fails at setup."""

@@ -90,5 +90,5 @@ class TorchDistCommunicator(Communicator):
         self.barrier("end")
 
     def stats(self) -> dict[str, float]:
-        # The same names as a channel's counters, so results compare side by side.
+        # The same names as a channel's statistics, so results compare side by side.
         return {"requests": float(self.collectives), "bytes_sent": self.bytes_moved, "bytes_received": self.bytes_moved}

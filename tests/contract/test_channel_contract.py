@@ -175,23 +175,21 @@ def test_prefix_with_glob_characters_matches_literally(channel: Channel, prefix:
     assert len(channel.list(prefix + "g/a")) == len(names)
 
 
-def test_incr_is_atomic(channel: Channel, prefix: str) -> None:
-    if channel.kind == "s3":
-        pytest.skip("s3 has no atomic counter (no conditional increment in the API)")
-    key = prefix + "counter"
-    assert channel.incr(key) == 1  # a new counter starts at 0
-    assert channel.incr(key, 5) == 6
-
-    def bump(_: int) -> None:
-        for _ in range(25):
-            channel.incr(key)
-
-    # moto's DynamoDB applies concurrent UpdateItem calls without a lock and loses some of
-    # them (real DynamoDB's ADD is atomic): there the increments go one at a time.
-    with ThreadPoolExecutor(1 if channel.kind == "dynamodb" else 8) as pool:
-        list(pool.map(bump, range(8)))
-    assert channel.incr(key, 0) == 206
-    assert int(channel.get(key)) == 206  # a counter reads as its decimal digits
+def test_put_many_writes_small_and_chunked_values_in_batches(channel: Channel, prefix: str) -> None:
+    # More small values than one batch carries, and values each over the item limit in between.
+    small = {f"{prefix}pm/s{i:03d}": os.urandom(40 + i % 7) for i in range(250)}
+    large = {f"{prefix}pm/l{i}": os.urandom(1_200_000 + i) for i in range(3)}
+    items = list(small.items())
+    items[10:10] = large.items()
+    before = channel.stats.as_dict()
+    channel.put_many(items)
+    after = channel.stats.as_dict()
+    assert channel.get_many([*small, *large]) == small | large
+    limit = channel.max_item_bytes
+    parts = sum(math.ceil(len(v) / limit) + 1 for v in large.values()) if limit else len(large)
+    assert after["puts"] - before["puts"] == len(small) + parts
+    assert after["bytes_sent"] - before["bytes_sent"] >= sum(map(len, small.values())) + sum(map(len, large.values()))
+    assert channel.list(prefix + "pm/") == sorted([*small, *large])
 
 
 def test_stats_count_requests_and_bytes(channel: Channel, prefix: str) -> None:

@@ -88,7 +88,7 @@ def kill_after(channel: Channel, requests: int, killed: list[int]) -> None:
 
         return request
 
-    for name in ("_put", "_get", "_get_many", "_incr"):
+    for name in ("_put", "_put_batch", "_get", "_get_many"):
         setattr(channel, name, dying(getattr(channel, name)))
 
 

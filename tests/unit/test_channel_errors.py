@@ -174,12 +174,6 @@ def test_s3_checksum_and_truncated_bodies_are_retried() -> None:
     assert client.calls == 3
 
 
-def test_s3_has_no_counter() -> None:
-    chan, _ = _s3()
-    with pytest.raises(ChannelError, match="no atomic counter"):
-        chan.incr("comm/c")
-
-
 # ---- DynamoDB ----------------------------------------------------------------------
 
 
@@ -261,14 +255,13 @@ class _RefusingMemcache:
     def set(self, key: str, value: bytes, noreply: bool | None = None) -> bool:
         return False
 
+    def set_many(self, values: dict[str, bytes], noreply: bool | None = None) -> list[str]:
+        return [key for key in values if key.endswith("b")]
+
 
 def test_memcached_refused_set_is_an_error() -> None:
     chan = MemcachedChannel(_RefusingMemcache(), ("127.0.0.1", 1))
     with pytest.raises(ChannelError, match="did not store"):
         chan.put("comm/a", b"x")
-
-
-def test_memcached_counter_refuses_to_count_down() -> None:
-    chan = MemcachedChannel(_RefusingMemcache(), ("127.0.0.1", 1))
-    with pytest.raises(ChannelError, match="only count up"):
-        chan.incr("comm/c", -1)
+    with pytest.raises(ChannelError, match=r"did not store 1 of 2 keys \(first: comm/b\)"):
+        chan.put_many([("comm/a", b"x"), ("comm/b", b"y")])

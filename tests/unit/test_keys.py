@@ -117,19 +117,14 @@ def test_dataset_and_job_keys() -> None:
     assert keys.job_model("j") == "jobs/j/model"
 
 
-def test_barrier_and_counter_keys_are_in_the_job_namespace_but_not_comm_keys() -> None:
+def test_barrier_keys_are_in_the_job_namespace_but_not_comm_keys() -> None:
     barrier = keys.barrier_key("job_1", "start", 3)
-    counter = keys.counter_key("job_1", "version")
     assert barrier == "comm/job_1/barrier/start/p00003"
-    assert counter == "comm/job_1/counter/version"
-    for key in (barrier, counter):
-        assert key.startswith(keys.comm_prefix("job_1"))
-        with pytest.raises(ValueError):
-            keys.parse_comm_key(key)
+    assert barrier.startswith(keys.comm_prefix("job_1"))
+    with pytest.raises(ValueError):
+        keys.parse_comm_key(barrier)
     with pytest.raises(ConfigError, match="invalid barrier name"):
         keys.barrier_key("job_1", "a/b", 0)
-    with pytest.raises(ConfigError, match="invalid counter name"):
-        keys.counter_key("job_1", "")
 
 
 def test_chunk_part_helpers() -> None:
