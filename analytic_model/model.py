@@ -329,14 +329,14 @@ def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
     return max(chain + channel.cleanup_cpu_s, busy)
 
 
-def _store_busy(channel: ChannelPerf, requests: Requests, get_trips: float, workers: int) -> float:
+def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
     """Store time of a whole round, with rank 0's clean-up of the previous one (a listing and a batch delete).
 
     The clean-up runs on a background thread, off the round's critical path, but the store
     serves it all the same.
     """
     return (
-        store_s(channel, "put", requests.puts, requests.bytes_sent, workers)
+        store_s(channel, "put", put_trips, requests.bytes_sent, workers)
         + store_s(channel, "get", get_trips, requests.bytes_received, workers)
         + 2 * channel.server_request("get", workers)
     )
@@ -402,7 +402,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
             + misses_agg * channel.round_trips("get", w - 1)
             + (w - 1) * misses_others
         )
-        busy = _store_busy(channel, requests, get_trips, w)
+        busy = _store_busy(channel, requests, w * items, get_trips, w)
         stretch = max(1.0, busy / chain)
     phases = {
         "put": put_others,
@@ -432,7 +432,8 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     # A missed poll asks again for the keys still missing: about half of them, on average.
     requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=w * misses * (w - 1) / 2)
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + w * misses * channel.round_trips("get", w - 1)
-    busy = _store_busy(channel, requests, get_trips, w)
+    put_trips = w * (channel.round_trips("put", (w - 1) * items) + items)
+    busy = _store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "scatter": scatter,
         "late_pieces": straggle,

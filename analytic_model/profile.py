@@ -44,6 +44,7 @@ class ChannelPerf:
     server_get_Bps: float | None = None
     max_item_bytes: int | None = None
     get_batch: int = 1  # keys one get request carries (MGET, multi-get, BatchGetItem); S3 reads one
+    put_batch: int = 1  # values one put request carries (pipelined SETs, multi-set); S3 and DynamoDB write one
     wait_s: float = 0.0  # what a worker waiting on two others' values loses beyond the transfers
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
@@ -72,9 +73,10 @@ class ChannelPerf:
         return self.wait_s + max(workers - 2, 0) * self.wait_per_worker_s
 
     def round_trips(self, op: str, keys: float) -> float:
-        """Requests that carry ``keys`` values: gets are batched where the store allows it."""
-        if op == "get" and self.get_batch > 1:
-            return float(math.ceil(keys / self.get_batch)) if keys > 0 else 0.0
+        """Requests that carry ``keys`` values: batched where the channel batches them."""
+        batch = self.get_batch if op == "get" else self.put_batch
+        if batch > 1:
+            return float(math.ceil(keys / batch)) if keys > 0 else 0.0
         return keys
 
 

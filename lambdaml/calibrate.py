@@ -449,8 +449,8 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
-    batch = aws_profile().channel(spec.kind).get_batch  # the channel's batching is code, not measured
-    perf = ChannelPerf(spec.kind, **{"get_batch": batch, **known})
+    shipped = aws_profile().channel(spec.kind)  # the channel's batching is code, not measured
+    perf = ChannelPerf(spec.kind, **{"get_batch": shipped.get_batch, "put_batch": shipped.put_batch, **known})
     small, large = (len(codec.encode(_value(n))) for n in (SMALL_FLOATS, large_floats))
     rounds = max(10, 2 * effort.repeats)
     losses: dict[int, float] = {}

@@ -26,7 +26,7 @@ from analytic_model.model import (
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
 from lambdaml import codec
-from lambdaml.channels import memcached
+from lambdaml.channels import CHANNELS, memcached
 from lambdaml.channels.base import Backoff
 from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
 from lambdaml.channels.dynamodb import GET_BATCH
@@ -85,6 +85,8 @@ def test_defaults_agree_with_the_code_they_describe() -> None:
     assert profile.channel("dynamodb").max_item_bytes == DYNAMODB_ITEM
     assert profile.channel("dynamodb").get_batch == GET_BATCH
     assert profile.channel("s3").get_batch == 1
+    for kind in ("s3", "redis", "memcached", "dynamodb"):
+        assert profile.channel(kind).put_batch == CHANNELS.get(kind).put_batch
 
 
 # ---- the pieces ----------------------------------------------------------------------------
