@@ -214,7 +214,8 @@ def _items(channel: ChannelPerf, size: float) -> int:
 def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 1) -> float:
     """One worker's call that puts or gets ``count`` values of ``size`` bytes (concurrently or batched).
 
-    ``crowd``: workers moving bytes at the same time (on a shared machine they slow each other).
+    ``crowd``: workers making calls at the same time. On a shared machine they slow each
+    other: their bytes crowd (``crowding``), and the CPU part of every call waits for a core.
     """
     if count <= 0:
         return 0.0
@@ -223,7 +224,7 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
     if _parts(channel, size) > 1:
         seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
-    return seconds
+    return seconds * channel.cpu_stretch(op, crowd)
 
 
 def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float, clients: int = 2) -> float:
@@ -374,6 +375,11 @@ def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int 
     raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
 
 
+def _still_missing(keys: int) -> float:
+    """Keys a missed poll for ``keys`` values asks for again: one at least, and about half of the rest."""
+    return (keys + 1) / 2
+
+
 def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: Polling) -> RoundCost:
     put_others = phase_s(channel, "put", w - 1, 1, m)  # every non-aggregator puts its vector
     gather = phase_s(channel, "get", 1, w - 1, m)  # the aggregator reads the W-1 vectors
@@ -384,26 +390,25 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
     # Steady state: the aggregator waits from the end of its compute for the others' puts, the
     # others wait from their put for the merged value; each wait ends half a poll gap late.
     # Each wait loses at least what a wait on symmetric workers loses (stragglers, scheduling).
-    # Where the store (or the shared machine) is the bottleneck every phase stretches, the
-    # waits with it, and the polls of the waiting workers add to the load: iterate to a fixed point.
+    # The two waits depend on each other: iterate to a fixed point. (Phases already last as
+    # long as the store takes to serve them; the polls of the waiting workers add to its load.)
     late_agg = late_others = misses_agg = misses_others = 0.0
     straggle = channel.straggle(w)
     items = _items(channel, m)
-    stretch = 1.0
     for _ in range(_FIXED_POINT_STEPS):
-        late_agg, misses_agg = polling.wait(stretch * (get_merged + put_others) + late_others, poll_gather)
-        late_others, misses_others = polling.wait(stretch * (gather + reduce_ + put_merged) + late_agg, poll_merged)
+        late_agg, misses_agg = polling.wait(get_merged + put_others + late_others, poll_gather)
+        late_others, misses_others = polling.wait(gather + reduce_ + put_merged + late_agg, poll_merged)
         late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
-        chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
-        requests = pattern_requests("allreduce", w, m, items) + Requests(gets=(w - 1) * (misses_agg + misses_others))
-        get_trips = (
-            channel.round_trips("get", (w - 1) * items)
-            + (w - 1) * channel.round_trips("get", items)
-            + misses_agg * channel.round_trips("get", w - 1)
-            + (w - 1) * misses_others
-        )
-        busy = _store_busy(channel, requests, w * items, get_trips, w)
-        stretch = max(1.0, busy / chain)
+    chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
+    missed = misses_agg * _still_missing(w - 1) + (w - 1) * misses_others
+    requests = pattern_requests("allreduce", w, m, items) + Requests(gets=missed)
+    get_trips = (
+        channel.round_trips("get", (w - 1) * items)
+        + (w - 1) * channel.round_trips("get", items)
+        + misses_agg * channel.round_trips("get", _still_missing(w - 1))
+        + (w - 1) * misses_others
+    )
+    busy = _store_busy(channel, requests, w * items, get_trips, w)
     phases = {
         "put": put_others,
         "late_aggregator": late_agg,
@@ -425,22 +430,31 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     put_merged = phase_s(channel, "put", w, 1, piece)
     gather_merged = phase_s(channel, "get", w, w - 1, piece)
     items = _items(channel, piece)
-    # Symmetric workers: each of the two waits loses what a wait on stragglers loses.
+    # The workers are symmetric but for rank 0, which deletes the previous round on a thread
+    # (``cleanup_cpu_s``, holding the GIL): its values land that much late. The others, waiting
+    # for them, see them a poll gap late, so their values in turn land late for rank 0, which
+    # sees them a poll gap late again. Either wait loses at least what a wait on stragglers loses.
     straggle = channel.straggle(w)
-    misses = 2 * polling.wait(straggle, poll_of(channel, w - 1, w - 1))[1]
-    chain = scatter + straggle + gather_pieces + reduce_ + put_merged + straggle + gather_merged
-    # A missed poll asks again for the keys still missing: about half of them, on average.
-    requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=w * misses * (w - 1) / 2)
-    get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + w * misses * channel.round_trips("get", w - 1)
+    poll = poll_of(channel, w - 1, w - 1)
+    others_late, others_misses = polling.wait(channel.cleanup_cpu_s + straggle, poll)
+    others_late = max(others_late, straggle)
+    seen_late, rank0_misses = polling.wait(others_late, poll)
+    rank0_late = others_late + max(seen_late, straggle)
+    chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + rank0_late
+    misses = (w - 1) * others_misses + rank0_misses
+    requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=misses * _still_missing(w - 1))
+    get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + misses * channel.round_trips(
+        "get", _still_missing(w - 1)
+    )
     put_trips = w * (channel.round_trips("put", (w - 1) * items) + items)
     busy = _store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "scatter": scatter,
-        "late_pieces": straggle,
+        "late_others": others_late,
         "gather_pieces": gather_pieces,
         "reduce": reduce_,
         "put_merged": put_merged,
-        "late_merged": straggle,
+        "late_rank0": rank0_late,
         "gather_merged": gather_merged,
         "chain": chain,
         "store_busy": busy,

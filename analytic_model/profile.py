@@ -50,6 +50,9 @@ class ChannelPerf:
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
     cleanup_cpu_s: float = 0.0  # rank 0's CPU for deleting the previous round: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two
+    cpu_share_put: float = 0.0  # share of a put's time that is the worker's own CPU (client code, copies)
+    cpu_share_get: float = 0.0
+    shared_cores: float | None = None  # cores all workers share (a local target), from faas.shared_cores
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))
@@ -67,6 +70,13 @@ class ChannelPerf:
     def server_bandwidth(self, op: str) -> float | None:
         value = getattr(self, f"server_{op}_Bps")
         return None if value is None else float(value)
+
+    def cpu_stretch(self, op: str, clients: float) -> float:
+        """How much longer a call takes while ``clients`` workers make calls at once on cores they share."""
+        if not self.shared_cores or clients <= self.shared_cores:
+            return 1.0
+        share = float(getattr(self, f"cpu_share_{op}"))
+        return 1.0 + share * (clients / self.shared_cores - 1.0)
 
     def straggle(self, workers: int) -> float:
         """Expected loss of one wait for the values of ``workers`` symmetric workers."""
@@ -217,8 +227,9 @@ def _build(cls: type[Any], values: dict[str, Any], where: str, **extra: Any) -> 
 def from_data(data: dict[str, Any], origin: dict[str, str] | None = None) -> Profile:
     """A profile from plain figures (the defaults, possibly with a calibrated profile laid over)."""
     target = str(data.get("target", "aws"))
+    cores = data.get("faas", {}).get("shared_cores")
     channels = {
-        kind: _build(ChannelPerf, dict(values), f"profile channels.{kind}", kind=kind)
+        kind: _build(ChannelPerf, dict(values), f"profile channels.{kind}", kind=kind, shared_cores=cores)
         for kind, values in data.get("channels", {}).items()
     }
     instances = {

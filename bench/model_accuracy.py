@@ -30,6 +30,7 @@ import csv
 import itertools
 import json
 import logging
+import math
 import statistics
 import sys
 import time
@@ -55,6 +56,7 @@ KINDS = ("s3", "redis", "memcached", "dynamodb")
 PATTERNS = ("allreduce", "scatter_reduce")
 BATCH = 100
 SHARDS = 4  # a multiple of every W measured
+TIMED_ROUNDS = 64  # rounds timed per run at least: a round of a few ms is at the mercy of the scheduler
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,12 @@ class Outcome:
         return self.predicted_s / self.measured_s - 1.0
 
 
+def epochs_for(size: Size, workers: int) -> int:
+    """Epochs of one run: the first (start-up) plus enough to time ``TIMED_ROUNDS`` rounds."""
+    rounds_per_epoch = math.ceil(size.rows / workers / BATCH)
+    return 1 + max(3, math.ceil(TIMED_ROUNDS / rounds_per_epoch))
+
+
 def prepare(store: Any, size: Size) -> str:
     """Upload the dataset of one model size; returns its name."""
     name = f"acc-{size.name}"
@@ -108,7 +116,7 @@ def prepare(store: Any, size: Size) -> str:
 def measure(
     storage: StorageSpec, spec: ChannelSpec, dataset: str, workers: int, pattern: str, epochs: int
 ) -> tuple[float, float]:
-    """(seconds per epoch after the first, requests over all workers) of one real run."""
+    """(seconds per epoch after the first, requests per epoch over all workers) of one real run."""
     job = parse_job(
         {
             "name": "acc",
@@ -125,7 +133,7 @@ def measure(
     elapsed = [point["elapsed_s"] for point in result["loss_curve"]]
     per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load
     requests = sum(w["channel"]["requests"] for w in result["workers"])
-    return per_epoch, requests
+    return per_epoch, requests / epochs
 
 
 def predict(profile: Profile, size: Size, kind: str, workers: int, pattern: str) -> tuple[float, float, float]:
@@ -201,7 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="2,4", help="comma-separated W values (divisors of 4)")
     parser.add_argument("--sizes", default="small,large", help="comma-separated: small (d=28), large (d=1e5)")
     parser.add_argument("--patterns", default=",".join(PATTERNS))
-    parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is not timed")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"epochs per run, the first not timed (default: >= {TIMED_ROUNDS} timed rounds)",
+    )
     parser.add_argument("--profile", type=Path, default=None, help="use this saved profile instead of calibrating")
     parser.add_argument("--repeat", type=int, default=2, help="passes over the configurations (default 2)")
     args = parser.parse_args(argv)
@@ -212,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     worlds = [int(w) for w in args.workers.split(",")]
     sizes = [SIZES[s] for s in args.sizes.split(",")]
     patterns = args.patterns.split(",")
-    if args.epochs < 2 or args.repeat < 1 or any(SHARDS % w for w in worlds) or set(kinds) - set(KINDS):
+    if (
+        (args.epochs is not None and args.epochs < 2)
+        or args.repeat < 1
+        or any(SHARDS % w for w in worlds)
+        or set(kinds) - set(KINDS)
+    ):
         parser.error("need --epochs >= 2, --repeat >= 1, W dividing 4, channels among " + ",".join(KINDS))
 
     started = time.monotonic()
@@ -261,8 +279,9 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
             for repeat in range(args.repeat):  # repeats a minute apart: what the machine's noise does
                 for size, workers, pattern in configs:
+                    epochs = args.epochs or epochs_for(size, workers)
                     runs.setdefault((size.name, workers, pattern), []).append(
-                        measure(storage, chosen[kind], datasets[size.name], workers, pattern, args.epochs)
+                        measure(storage, chosen[kind], datasets[size.name], workers, pattern, epochs)
                     )
                     log.info(
                         "[%4.0fs] %s W=%d %s %s (pass %d): %.3fs per epoch",
@@ -277,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append(
                     Outcome(
                         kind, workers, size.name, pattern, predicted_s, statistics.median(times), predicted_requests,
-                        requests / (rounds * args.epochs), (max(times) - min(times)) / mean,
+                        requests / rounds, (max(times) - min(times)) / mean,
                     )
                 )  # fmt: skip
     print()

@@ -21,8 +21,10 @@ how many (``faas.shared_cores``), so predictions for W workers on 2 cores are ho
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -133,21 +135,26 @@ def measure_channel(channel: Channel, effort: Effort) -> dict[str, float]:
 
     puts: list[list[float]] = [[] for _ in values]
     gets: list[list[float]] = [[] for _ in values]
+    cpu = {"put": 0.0, "get": 0.0}  # this process's CPU seconds (all threads) in the single calls
+    wall = {"put": 0.0, "get": 0.0}
     many_puts: list[float] = []
     many_gets: list[float] = []
     try:
         for repeat in range(effort.repeats + 1):  # the first pass warms the connections up
             for i, value in enumerate(values):
                 k = key()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 channel.put(k, codec.encode(value))
-                put_s = time.perf_counter() - started
-                started = time.perf_counter()
+                put_s, put_cpu = time.perf_counter() - started, time.process_time() - cpu_started
+                started, cpu_started = time.perf_counter(), time.process_time()
                 codec.decode(channel.get(k), dtype=value.dtype, shape=value.shape)
-                get_s = time.perf_counter() - started
+                get_s, get_cpu = time.perf_counter() - started, time.process_time() - cpu_started
                 if repeat:
                     puts[i].append(put_s)
                     gets[i].append(get_s)
+                    for op, seconds, cpu_s in (("put", put_s, put_cpu), ("get", get_s, get_cpu)):
+                        wall[op] += seconds
+                        cpu[op] += cpu_s
             batch = [key(rank) for rank in range(BATCH)]
             started = time.perf_counter()
             channel.put_many([(k, codec.encode(small)) for k in batch])
@@ -170,6 +177,9 @@ def measure_channel(channel: Channel, effort: Effort) -> dict[str, float]:
         "extra_get_s": max(statistics.median(many_gets) - latency_get, 0.0) / (BATCH - 1),
         "bandwidth_put_Bps": 1.0 / _fit_slope(wire, put_medians),
         "bandwidth_get_Bps": 1.0 / _fit_slope(wire, get_medians),
+        # On cores the workers share, this part of a call waits for a core when they outnumber them.
+        "cpu_share_put": min(cpu["put"] / wall["put"], 1.0),
+        "cpu_share_get": min(cpu["get"] / wall["get"], 1.0),
     }
 
 
@@ -435,41 +445,104 @@ def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> 
     return round_s, statistics.fmean(wait for _, (_, _, wait), _ in reports) / rounds
 
 
+def _collective(
+    spec_data: dict[str, Any], job: str, rank: int, world: int, floats: int, rounds: int, barrier: Any, results: Any
+) -> None:
+    """One of ``world`` processes running the real AllReduce round after round, as workers do."""
+    from lambdaml.comm.channel import ChannelCommunicator
+
+    try:
+        channel = open_channel(ChannelSpec(**spec_data))
+        comm = ChannelCommunicator(channel, job, rank, world, pattern="allreduce", timeout_s=PROBE_TIMEOUT_S)
+        value = _value(floats, seed=rank)
+        ends = []
+        barrier.wait(PROBE_TIMEOUT_S)
+        for _ in range(rounds):
+            comm.allreduce(value)
+            ends.append(time.perf_counter())
+        comm.finish()
+        channel.close()
+        results.put((rank, ends, None))
+    except Exception as exc:  # reported to the parent as one line
+        results.put((rank, [], f"{type(exc).__name__}: {exc}"))
+
+
+def _collective_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> float:
+    """The median AllReduce round of ``world`` processes (rank 0's clock, after a warm-up)."""
+    ctx = mp.get_context("spawn")
+    job = f"calibrate-collective-{secrets.token_hex(3)}"
+    barrier = ctx.Barrier(world)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_collective, args=(spec.model_dump(), job, r, world, floats, rounds, barrier, results))
+        for r in range(world)
+    ]
+    reports = _run_all(procs, results, f"calibrating rounds on {spec.kind}", PROBE_TIMEOUT_S)
+    failed = [error for _, _, error in reports if error]
+    if failed:
+        raise LambdaMLError(f"calibrating rounds on {spec.kind}: {failed[0]}")
+    with open_channel(spec) as channel:
+        channel.clear(keys.comm_prefix(job))
+    ends = next(e for rank, e, _ in reports if rank == 0)
+    return statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))
+
+
+def _solve_increasing(f: Callable[[float], float], target: float, high: float) -> float:
+    """The smallest x in [0, high] with f(x) >= target, for a non-decreasing f (bisection)."""
+    if f(0.0) >= target:
+        return 0.0
+    if f(high) < target:
+        return high
+    low = 0.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (low, mid) if f(mid) >= target else (mid, high)
+    return high
+
+
 def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
     """What W workers that exchange values lose beyond one worker's transfers, measured with W processes.
 
-    Each round every process puts one value and waits for and reads the others' (what every
-    phase of the patterns amounts to). With small values, the time a process spends waiting
-    is what a wait loses: polling granularity, stragglers and, on a shared machine,
-    scheduling (less the part of it a store that serves one request at a time already
-    accounts for). With large values, what the bytes cost beyond one worker's bandwidth is
-    crowding: workers that move bytes at once slow each other down.
+    With small values, W processes run the real AllReduce round after round: the wait loss
+    (polling, stragglers and, on a shared machine, scheduling) is the figure that makes the
+    model's round equal the measured one, at 2 and at ``effort.processes`` workers. With
+    large values, each process puts one value and reads the others' (what every phase of
+    the patterns amounts to): what the bytes cost beyond one worker's transfers is crowding,
+    workers that move bytes at once slowing each other down.
     """
-    from analytic_model.model import call_s, phase_s, store_s
+    from analytic_model.model import Polling, collective, store_s
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
-    shipped = aws_profile().channel(spec.kind)  # the channel's batching is code, not measured
-    perf = ChannelPerf(spec.kind, **{"get_batch": shipped.get_batch, "put_batch": shipped.put_batch, **known})
+    shipped = aws_profile()  # the channel's batching and the poll schedule are code, not measured
+    batching = {"get_batch": shipped.channel(spec.kind).get_batch, "put_batch": shipped.channel(spec.kind).put_batch}
+    perf = ChannelPerf(spec.kind, **{**batching, **known, "shared_cores": cores()})
+    polling = Polling.of(shipped)
+    header = len(codec.encode(_value(0)))
     small, large = (len(codec.encode(_value(n))) for n in (SMALL_FLOATS, large_floats))
-    rounds = max(10, 2 * effort.repeats)
+    rounds = max(20, 4 * effort.repeats)  # spawning the processes costs more than the rounds
+    worlds = sorted({2, max(2, effort.processes)})
     losses: dict[int, float] = {}
     crowding: list[float] = []
-    for world in sorted({2, max(2, effort.processes)}):
-        small_s, waited = _exchange_round(spec, world, SMALL_FLOATS, rounds)
-        # A store that serves the puts one after another makes a worker wait for the others' turns:
-        # the model's put phase already lasts that long (about half of it, on average, is waiting).
-        serial = max(phase_s(perf, "put", world, 1, small) - call_s(perf, "put", 1, small), 0.0)
-        losses[world] = max(waited - serial / 2, 0.0)
-        large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 2))
+    for world in worlds:
+        measured = _collective_round(spec, world, SMALL_FLOATS, rounds)
+
+        def modelled(loss: float, world: int = world) -> float:
+            with_loss = dataclasses.replace(perf, wait_s=loss, wait_per_worker_s=0.0)
+            return collective(with_loss, "allreduce", world, small - header, math.inf, polling, header).seconds
+
+        losses[world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
+        large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 4))
+        small_s, _ = _exchange_round(spec, world, SMALL_FLOATS, max(6, rounds // 4))
         extra = large - small
-        alone = extra / perf.bandwidth("put") + (world - 1) * extra / perf.bandwidth("get")
+        # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
+        put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
+        alone = put_s + (world - 1) * get_s
         store = store_s(perf, "put", 0, world * extra, world) + store_s(
             perf, "get", 0, world * (world - 1) * extra, world
         )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
-    worlds = sorted(losses)
     per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
     return {
         "wait_s": losses[2],
@@ -485,20 +558,27 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
     with open_channel(spec) as channel:
         channel.ensure()
         channel.ping()
-        figures: dict[str, Any] = dict(measure_channel(channel, effort))
-        figures["cleanup_cpu_s"] = measure_cleanup_cpu(channel, effort)
+        # One worker's view, taken three times a few seconds apart (between the loaded
+        # measurements): where a process runs relative to the store can halve a loopback
+        # call for seconds at a time, so each figure is the median of the three.
+        single = [measure_channel(channel, effort)]
+        cleanup_cpu_s = measure_cleanup_cpu(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
+        say(f"channel {spec.kind}: 2 and {effort.processes} processes at once")
+        figures: dict[str, Any] = dict(measure_store(spec, effort, large_floats, 2))
+        single.append(measure_channel(channel, effort))
+        if effort.processes > 2:
+            # A local store shares the machine's cores with its clients: its time per request grows with them.
+            crowd = measure_store(spec, effort, large_floats, effort.processes)
+            pair = {op: figures[f"server_{op}_s"] or 1.0 for op in ("put", "get")}
+            growth = [(crowd[f"server_{op}_s"] or 0.0) / pair[op] - 1.0 for op in ("put", "get")]
+            figures["server_growth"] = max(statistics.fmean(growth), 0.0) / (effort.processes - 2)
+            for op in ("put", "get"):  # the byte limits from the heavier load, where the bytes dominate
+                figures[f"server_{op}_Bps"] = crowd[f"server_{op}_Bps"] or figures[f"server_{op}_Bps"]
+        single.append(measure_channel(channel, effort))
+        figures.update({name: statistics.median(m[name] for m in single) for name in single[0]})
+        figures["cleanup_cpu_s"] = cleanup_cpu_s
         figures["max_item_bytes"] = channel.max_item_bytes
-    say(f"channel {spec.kind}: 2 and {effort.processes} processes at once")
-    pair = measure_store(spec, effort, large_floats, 2)
-    figures.update(pair)
-    if effort.processes > 2:
-        # A local store shares the machine's cores with its clients: its time per request grows with them.
-        crowd = measure_store(spec, effort, large_floats, effort.processes)
-        growth = [(crowd[f"server_{op}_s"] or 0.0) / (pair[f"server_{op}_s"] or 1.0) - 1.0 for op in ("put", "get")]
-        figures["server_growth"] = max(statistics.fmean(growth), 0.0) / (effort.processes - 2)
-        for op in ("put", "get"):  # the byte limits from the heavier load, where the bytes dominate
-            figures[f"server_{op}_Bps"] = crowd[f"server_{op}_Bps"] or pair[f"server_{op}_Bps"]
     say(f"channel {spec.kind}: workers exchanging values")
     figures.update(measure_exchange(spec, figures, effort, large_floats))
     return figures

@@ -28,6 +28,9 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     assert 0 < redis.latency_get_s < 0.1 and 0 < redis.latency_put_s < 0.1  # loopback: well under 100 ms
     assert redis.bandwidth_get_Bps > 1e6 and redis.server_get_s > 0
     assert redis.get_batch == 1000  # not measured: lambdaml's MGET, from the defaults
+    # A Python client spends much of a loopback call in its own code; the rest is the server and the kernel.
+    assert 0.05 < redis.cpu_share_get <= 1.0 and 0.05 < redis.cpu_share_put <= 1.0
+    assert redis.shared_cores == cores()
     lr = profile.measured["lr:29:dense"]
     assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
     assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6

@@ -185,7 +185,7 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     # ScatterReduce, no waiting: four phases, each one latency plus its bytes.
     sr = collective(channel, "scatter_reduce", 4, 4e6, add_Bps=1e12, polling=polling, header=0)
     expected = 4 * 0.01 + (3 + 3 + 1 + 3) * 1e6 / 1e8
-    assert sr.phases["late_pieces"] == sr.phases["late_merged"] == 0.0
+    assert sr.phases["late_others"] == sr.phases["late_rank0"] == 0.0
     assert sr.seconds == pytest.approx(expected, rel=1e-3)
     # AllReduce moves whole vectors through the aggregator: slower for a large model ...
     ar = collective(channel, "allreduce", 4, 4e6, add_Bps=1e12, polling=polling, header=0)
@@ -196,6 +196,11 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     slow_store = collective(_channel(server_put_s=0.05), "scatter_reduce", 4, 4e3, 1e12, polling, 0)
     assert slow_store.seconds >= slow_store.phases["store_busy"] >= 16 * 0.05  # 16 puts, one after another
     assert slow_store.seconds > 10 * fast_store.seconds
+    # Rank 0's clean-up makes its values late: the others see them a poll gap late, and rank 0 theirs.
+    cleaning = collective(_channel(cleanup_cpu_s=0.03), "scatter_reduce", 4, 4e6, 1e12, polling, 0)
+    assert cleaning.phases["late_others"] > 0.0
+    assert cleaning.phases["late_rank0"] >= cleaning.phases["late_others"]
+    assert cleaning.seconds > sr.seconds + 0.03 + cleaning.phases["late_rank0"] - 1e-9
 
 
 def test_chunked_values_cost_their_parts() -> None:
