@@ -38,7 +38,7 @@ format: setup
 	$(BIN)/ruff format $(SRC)
 
 test: setup services lint template-check zip-size-check security-check
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 # SAM and cfn-lint live in their own venv: aws-sam-cli pins boto3/click/pydantic exactly.
 SAM_VENV  := .venv-sam

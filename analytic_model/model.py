@@ -327,7 +327,7 @@ def collective(
 def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
     """A round: its critical path, which runs through rank 0 and so pays for the CPU of rank 0's
     clean-up thread, or the store's busy time, whichever is longer."""
-    return max(chain + channel.cleanup_cpu_s, busy)
+    return max(chain + channel.cleanup_delay_s, busy)
 
 
 def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
@@ -431,12 +431,12 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     gather_merged = phase_s(channel, "get", w, w - 1, piece)
     items = _items(channel, piece)
     # The workers are symmetric but for rank 0, which deletes the previous round on a thread
-    # (``cleanup_cpu_s``, holding the GIL): its values land that much late. The others, waiting
+    # (its CPU, where rank 0 needs the CPU too: ``cleanup_delay_s``): its values land that much late. The others, waiting
     # for them, see them a poll gap late, so their values in turn land late for rank 0, which
     # sees them a poll gap late again. Either wait loses at least what a wait on stragglers loses.
     straggle = channel.straggle(w)
     poll = poll_of(channel, w - 1, w - 1)
-    others_late, others_misses = polling.wait(channel.cleanup_cpu_s + straggle, poll)
+    others_late, others_misses = polling.wait(channel.cleanup_delay_s + straggle, poll)
     others_late = max(others_late, straggle)
     seen_late, rank0_misses = polling.wait(others_late, poll)
     rank0_late = others_late + max(seen_late, straggle)

@@ -78,6 +78,12 @@ class ChannelPerf:
         share = float(getattr(self, f"cpu_share_{op}"))
         return 1.0 + share * (clients / self.shared_cores - 1.0)
 
+    @property
+    def cleanup_delay_s(self) -> float:
+        """What rank 0's clean-up thread delays rank 0 by: its CPU where rank 0's own calls need the
+        CPU too (their CPU share); the rest overlaps rank 0 waiting on the store."""
+        return self.cleanup_cpu_s * max(self.cpu_share_put, self.cpu_share_get)
+
     def straggle(self, workers: int) -> float:
         """Expected loss of one wait for the values of ``workers`` symmetric workers."""
         return self.wait_s + max(workers - 2, 0) * self.wait_per_worker_s

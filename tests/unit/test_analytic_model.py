@@ -197,7 +197,7 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     assert slow_store.seconds >= slow_store.phases["store_busy"] >= 16 * 0.05  # 16 puts, one after another
     assert slow_store.seconds > 10 * fast_store.seconds
     # Rank 0's clean-up makes its values late: the others see them a poll gap late, and rank 0 theirs.
-    cleaning = collective(_channel(cleanup_cpu_s=0.03), "scatter_reduce", 4, 4e6, 1e12, polling, 0)
+    cleaning = collective(_channel(cleanup_cpu_s=0.03, cpu_share_get=1.0), "scatter_reduce", 4, 4e6, 1e12, polling, 0)
     assert cleaning.phases["late_others"] > 0.0
     assert cleaning.phases["late_rank0"] >= cleaning.phases["late_others"]
     assert cleaning.seconds > sr.seconds + 0.03 + cleaning.phases["late_rank0"] - 1e-9
