@@ -399,56 +399,19 @@ def measure_cleanup_cpu(channel: Channel, effort: Effort, keys_per_round: int = 
     return statistics.median(times)
 
 
-def _exchange(
-    spec_data: dict[str, Any], job: str, index: int, world: int, floats: int, rounds: int, barrier: Any, results: Any
+def _rounds(
+    spec_data: dict[str, Any],
+    job: str,
+    rank: int,
+    world: int,
+    floats: int,
+    rounds: int,
+    collective: bool,
+    barrier: Any,
+    results: Any,
 ) -> None:
-    """One of ``world`` processes that each put a value and wait for everyone else's, round after round."""
-    try:
-        channel = open_channel(ChannelSpec(**spec_data))
-        value = _value(floats, seed=index)
-        ends = []
-        barrier.wait(PROBE_TIMEOUT_S)
-        for r in range(rounds):
-            channel.put(keys.comm_key(job, r, "x", rank=index), codec.encode(value))
-            others = [keys.comm_key(job, r, "x", rank=j) for j in range(world) if j != index]
-            for raw in channel.wait_for(others, PROBE_TIMEOUT_S).values():
-                codec.decode(raw, dtype=value.dtype, shape=value.shape)
-            ends.append(time.perf_counter())
-        channel.close()
-        results.put((index, (ends, channel.stats.gets, channel.stats.wait_s), None))
-    except Exception as exc:  # reported to the parent as one line
-        results.put((index, ([], 0, 0.0), f"{type(exc).__name__}: {exc}"))
-
-
-def _exchange_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> tuple[float, float]:
-    """(median round, a process's mean wait per round) of ``world`` processes exchanging values.
-
-    The wait is the channel's own account: the time in ``wait_for`` before the poll that
-    found the last value, i.e. waiting on the others, the transfers excluded.
-    """
-    ctx = mp.get_context("spawn")
-    job = f"calibrate-exchange-{secrets.token_hex(3)}"
-    barrier = ctx.Barrier(world)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=_exchange, args=(spec.model_dump(), job, i, world, floats, rounds, barrier, results))
-        for i in range(world)
-    ]
-    reports = _run_all(procs, results, f"calibrating waits on {spec.kind}", PROBE_TIMEOUT_S)
-    failed = [error for _, _, error in reports if error]
-    if failed:
-        raise LambdaMLError(f"calibrating waits on {spec.kind}: {failed[0]}")
-    with open_channel(spec) as channel:
-        channel.clear(keys.comm_prefix(job))
-    ends = next(e for i, (e, _, _), _ in reports if i == 0)
-    round_s = statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))  # after a warm-up
-    return round_s, statistics.fmean(wait for _, (_, _, wait), _ in reports) / rounds
-
-
-def _collective(
-    spec_data: dict[str, Any], job: str, rank: int, world: int, floats: int, rounds: int, barrier: Any, results: Any
-) -> None:
-    """One of ``world`` processes running the real AllReduce round after round, as workers do."""
+    """One of ``world`` processes doing rounds: the real AllReduce (``collective``), or putting
+    one value and reading everyone else's (what every phase of the patterns amounts to)."""
     from lambdaml.comm.channel import ChannelCommunicator
 
     try:
@@ -457,32 +420,37 @@ def _collective(
         value = _value(floats, seed=rank)
         ends = []
         barrier.wait(PROBE_TIMEOUT_S)
-        for _ in range(rounds):
-            comm.allreduce(value)
+        for round_ in range(rounds):
+            if collective:
+                comm.allreduce(value)
+            else:
+                channel.put(keys.comm_key(job, round_, "x", rank=rank), codec.encode(value))
+                others = [keys.comm_key(job, round_, "x", rank=r) for r in range(world) if r != rank]
+                for raw in channel.wait_for(others, PROBE_TIMEOUT_S).values():
+                    codec.decode(raw, dtype=value.dtype, shape=value.shape)
             ends.append(time.perf_counter())
-        comm.finish()
+        comm.finish()  # rank 0 waits for everyone, then clears the probe's keys
         channel.close()
         results.put((rank, ends, None))
     except Exception as exc:  # reported to the parent as one line
         results.put((rank, [], f"{type(exc).__name__}: {exc}"))
 
 
-def _collective_round(spec: ChannelSpec, world: int, floats: int, rounds: int) -> float:
-    """The median AllReduce round of ``world`` processes (rank 0's clock, after a warm-up)."""
+def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, collective: bool) -> float:
+    """The median round of ``world`` processes doing ``_rounds`` (rank 0's clock, after a warm-up)."""
     ctx = mp.get_context("spawn")
-    job = f"calibrate-collective-{secrets.token_hex(3)}"
+    job = f"calibrate-rounds-{secrets.token_hex(3)}"
     barrier = ctx.Barrier(world)
     results = ctx.Queue()
+    args = (spec.model_dump(), job)
     procs = [
-        ctx.Process(target=_collective, args=(spec.model_dump(), job, r, world, floats, rounds, barrier, results))
+        ctx.Process(target=_rounds, args=(*args, r, world, floats, rounds, collective, barrier, results))
         for r in range(world)
     ]
     reports = _run_all(procs, results, f"calibrating rounds on {spec.kind}", PROBE_TIMEOUT_S)
     failed = [error for _, _, error in reports if error]
     if failed:
         raise LambdaMLError(f"calibrating rounds on {spec.kind}: {failed[0]}")
-    with open_channel(spec) as channel:
-        channel.clear(keys.comm_prefix(job))
     ends = next(e for rank, e, _ in reports if rank == 0)
     return statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))
 
@@ -525,15 +493,15 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     losses: dict[int, float] = {}
     crowding: list[float] = []
     for world in worlds:
-        measured = _collective_round(spec, world, SMALL_FLOATS, rounds)
+        measured = _median_round(spec, world, SMALL_FLOATS, rounds, collective=True)
 
         def modelled(loss: float, world: int = world) -> float:
             with_loss = dataclasses.replace(perf, wait_s=loss, wait_per_worker_s=0.0)
             return collective(with_loss, "allreduce", world, small - header, math.inf, polling, header).seconds
 
         losses[world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
-        large_s, _ = _exchange_round(spec, world, large_floats, max(6, rounds // 4))
-        small_s, _ = _exchange_round(spec, world, SMALL_FLOATS, max(6, rounds // 4))
+        large_s = _median_round(spec, world, large_floats, max(6, rounds // 4), collective=False)
+        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 4), collective=False)
         extra = large - small
         # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
         put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
