@@ -430,10 +430,11 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     put_merged = phase_s(channel, "put", w, 1, piece)
     gather_merged = phase_s(channel, "get", w, w - 1, piece)
     items = _items(channel, piece)
-    # The workers are symmetric but for rank 0, which deletes the previous round on a thread
-    # (its CPU, where rank 0 needs the CPU too: ``cleanup_delay_s``): its values land that much late. The others, waiting
-    # for them, see them a poll gap late, so their values in turn land late for rank 0, which
-    # sees them a poll gap late again. Either wait loses at least what a wait on stragglers loses.
+    # The workers are symmetric but for rank 0, which deletes the previous round on a thread:
+    # its values land late by that thread's CPU where rank 0 needs the CPU too (``cleanup_delay_s``).
+    # The others, waiting for them, see them a poll gap late, so their values in turn land late
+    # for rank 0, which sees them a poll gap late again. Either wait loses at least what a wait
+    # on stragglers loses.
     straggle = channel.straggle(w)
     poll = poll_of(channel, w - 1, w - 1)
     others_late, others_misses = polling.wait(channel.cleanup_delay_s + straggle, poll)
