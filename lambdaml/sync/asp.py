@@ -51,8 +51,10 @@ def decode_update(raw: bytes, what: str) -> tuple[int, np.ndarray]:
 class UpdateLog:
     """Per-rank numbered updates: rank r's n-th push is ``asp_rank_update(job, r, n)``."""
 
-    #: How many next updates of each rank one probe asks for.
-    WINDOW = 4
+    #: Most next updates of one rank one probe asks for. A probe asks for one more than the
+    #: rank had new last time, so in steady state a missing key or two is read per rank, not
+    #: a whole window (on S3 every key asked for is a GET).
+    MAX_WINDOW = 16
 
     def __init__(self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float) -> None:
         self.channel = channel
@@ -63,6 +65,7 @@ class UpdateLog:
         self.pushed = 0
         self.applied_from = [0] * world_size  # updates applied per writer (own ones included)
         self.deleted_upto = [0] * world_size
+        self._window = [2] * world_size
         self.replaying = False  # resumed: this rank's next numbers may already be written
 
     def append(self, payload: bytes) -> bytes | None:
@@ -82,9 +85,13 @@ class UpdateLog:
         """Updates of other ranks not applied yet, each exactly once: (key, value) pairs."""
         updates: list[tuple[str, bytes]] = []
         ranks = [r for r in range(self.world_size) if r != self.rank]
+        new = dict.fromkeys(ranks, 0)
         while ranks:
             probes = {
-                r: [keys.asp_rank_update(self.job_id, r, self.applied_from[r] + i) for i in range(1, self.WINDOW + 1)]
+                r: [
+                    keys.asp_rank_update(self.job_id, r, self.applied_from[r] + i)
+                    for i in range(1, self._window[r] + 1)
+                ]
                 for r in ranks
             }
             found = self.channel.get_many([k for ks in probes.values() for k in ks])
@@ -95,9 +102,13 @@ class UpdateLog:
                         break
                     updates.append((key, found[key]))
                     self.applied_from[r] += 1
-                else:
+                    new[r] += 1
+                else:  # the whole window was there: more may be right behind, ask for twice as many
+                    self._window[r] = min(2 * self._window[r], self.MAX_WINDOW)
                     more.append(r)
-            ranks = more  # ranks that may have more right behind
+            ranks = more
+        for r, count in new.items():
+            self._window[r] = min(count + 1, self.MAX_WINDOW)
         return updates
 
     def cursor(self) -> np.ndarray:

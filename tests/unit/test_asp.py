@@ -129,3 +129,21 @@ def test_staleness_is_what_was_merged_after_each_push() -> None:
     merged = a.push_pull(np.ones(1))
     assert merged[0] == 2.0
     assert a.staleness_seen == [2]
+
+
+def test_a_reader_asks_for_about_what_arrived_and_catches_up_on_a_burst() -> None:
+    from lambdaml.sync.asp import UpdateLog
+
+    channel = MemoryChannel()
+    writers = [UpdateLog(channel, "asp-window", r, WORLD, timeout_s=5) for r in range(1, WORLD)]
+    reader = UpdateLog(channel, "asp-window", 0, WORLD, timeout_s=5)
+    for _ in range(20):  # steady state: every other rank pushed one update since the last read
+        for writer in writers:
+            writer.append(b"u")
+        before = channel.stats.gets
+        assert len(reader.read_new()) == WORLD - 1
+        assert channel.stats.gets - before <= 2 * (WORLD - 1)  # one found and one missing key per rank
+    for _ in range(40):  # a burst: rank 1 pushed 40 while this reader was busy
+        writers[0].append(b"u")
+    assert len(reader.read_new()) == 40  # all of it in one read, none skipped
+    assert reader.cursor().tolist() == [0, 60, 20, 20]
