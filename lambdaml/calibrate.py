@@ -491,7 +491,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     rounds = max(20, 4 * effort.repeats)  # spawning the processes costs more than the rounds
     worlds = sorted({2, max(2, effort.processes)})
     losses: dict[int, float] = {}
-    crowding: list[float] = []
+    slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
         measured = _median_round(spec, world, SMALL_FLOATS, rounds, collective=True)
 
@@ -500,8 +500,8 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
             return collective(with_loss, "allreduce", world, small - header, math.inf, polling, header).seconds
 
         losses[world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
-        large_s = _median_round(spec, world, large_floats, max(6, rounds // 4), collective=False)
-        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 4), collective=False)
+        large_s = _median_round(spec, world, large_floats, max(6, rounds // 2), collective=False)
+        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), collective=False)
         extra = large - small
         # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
         put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
@@ -510,13 +510,16 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
             perf, "get", 0, world * (world - 1) * extra, world
         )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
-            crowding.append(max((large_s - small_s) / alone - 1.0, 0.0) / (world - 1))
+            slowdowns[world] = (large_s - small_s) / alone
     per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
-    return {
-        "wait_s": losses[2],
-        "wait_per_worker_s": max(per_worker, 0.0),
-        "crowding": statistics.fmean(crowding) if crowding else 0.0,
-    }
+    # The model slows bytes by 1 + crowding * (W - 1): the least-squares fit over the worlds
+    # measured (averaging each world's own slope would weigh W=2 as much as a world 3x larger).
+    fit = (
+        sum((w - 1) * (r - 1.0) for w, r in slowdowns.items()) / sum((w - 1) ** 2 for w in slowdowns)
+        if slowdowns
+        else 0.0
+    )
+    return {"wait_s": losses[2], "wait_per_worker_s": max(per_worker, 0.0), "crowding": max(fit, 0.0)}
 
 
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
