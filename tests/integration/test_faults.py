@@ -149,15 +149,15 @@ def asp_job(storage: StorageSpec, channel: ChannelSpec) -> JobSpec:
 
 @pytest.fixture(scope="module")
 def asp_fault_free(storage: tuple[StorageSpec, Channel], services: Services) -> tuple[float, float]:
-    """Two fault-free ASP runs on Lambda's handlers: their mean test loss and their spread
-    (ASP is not deterministic)."""
+    """The lowest and highest test loss of four fault-free ASP runs on Lambda's handlers, two
+    per cache. ASP is not deterministic: fault-free runs of this job differ by about 1%."""
     losses = []
-    for _ in range(2):
+    for kind in ("redis", "memcached", "redis", "memcached"):
         lam = invoker()
-        job_id = start(asp_job(storage[0], channel_spec("redis", services)), lam)
+        job_id = start(asp_job(storage[0], channel_spec(kind, services)), lam)
         lam.join()
         losses.append(get_json(storage[1], keys.job_result(job_id))["test_loss"])
-    return sum(losses) / 2, abs(losses[0] - losses[1])
+    return min(losses), max(losses)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -173,8 +173,9 @@ def test_asp_worker_killed_at_a_random_request_resumes_near_the_fault_free_loss(
     job_id = run_killing(job, channel, victim=rng.randrange(WORKERS), at=rng.randrange(5, 60))
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     result = get_json(store, keys.job_result(job_id))
-    mean, spread = asp_fault_free
-    assert abs(result["test_loss"] - mean) <= max(0.01 * mean, 2 * spread)
+    lowest, highest = asp_fault_free
+    margin = 0.01 * (lowest + highest) / 2  # within 1% of the fault-free runs' losses
+    assert lowest - margin <= result["test_loss"] <= highest + margin, (result["test_loss"], asp_fault_free)
     pushes = sum(w["async"]["pushes"] for w in result["workers"])
     assert all(w["async"]["applied"] == pushes for w in result["workers"]), "an update was lost or doubled"
     assert_no_keys_left(channel, job_id)
