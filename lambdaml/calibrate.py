@@ -6,10 +6,12 @@ profile that ``analytic_model.load_profile`` lays over the AWS defaults.
 
 What is measured, each through the same code the workers run:
 
-- per channel: the latency of one small put and get (encode and decode included), the
-  cost of each further value in one ``put_many``/``get_many``, the bandwidth of large
-  values, and, with several processes hammering the channel at once, what the store (or
-  the shared machine) sustains per request and per byte;
+- per channel: the latency of one small put and get (encode and decode included) and the
+  share of it that is the caller's CPU, the cost of each further value in one
+  ``put_many``/``get_many``, the bandwidth of large values; with several processes
+  hammering the channel at once, what the store (or the shared machine) sustains per
+  request and per byte; with 2 and 4 processes running the real AllReduce, what a wait
+  loses, and with them exchanging large values, how much they crowd each other;
 - per model: the time of one worker step at two batch sizes, giving the time per sample
   and per step on one core;
 - the worker processes' start-up (spawn and imports), the summing rate, and loading a
