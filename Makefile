@@ -52,10 +52,11 @@ SAM_OFFLINE := AWS_ACCESS_KEY_ID=dummy AWS_SECRET_ACCESS_KEY=dummy \
 
 sam-env: $(SAM_STAMP)
 
-$(SAM_STAMP): requirements-sam.txt
-	$(PYTHON) -m venv $(SAM_VENV)
-	$(SAM_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
-	touch $(SAM_STAMP)
+# Each tool venv (.venv-sam, .venv-checkov) from its own pin file: their pins clash with ours and each other's.
+.venv-%/.installed: requirements-%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/pip install --quiet --disable-pip-version-check -r $<
+	touch $@
 
 template-check: sam-env
 	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
@@ -78,11 +79,6 @@ CFN_TEMPLATES := template.yaml $(wildcard infra/ec2/*.yaml infra/ec2/*.yml)
 .PHONY: checkov-env security-check
 
 checkov-env: $(CHECKOV_STAMP)
-
-$(CHECKOV_STAMP): requirements-checkov.txt
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
-	touch $(CHECKOV_STAMP)
 
 # Offline: --skip-download keeps checkov from calling Prisma Cloud for guidelines and severities.
 security-check: checkov-env
