@@ -141,7 +141,7 @@ class Channel(ABC):
         """Delete the keys (at most 1,000 per call); missing keys are not an error."""
 
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
-        """Backends with batched writes override this (one round trip for the batch)."""
+        """Several values in one round trip: backends with batched writes (``put_batch`` > 1) override this."""
         for key, data in items:
             self._put(key, data)
 
@@ -235,7 +235,11 @@ class Channel(ABC):
             sent += len(data) + len(manifest)
 
         def put_batch(batch: Sequence[tuple[str, bytes]]) -> None:
-            self._retry(self._put_batch, batch)  # a write is idempotent: a retried batch rewrites the same bytes
+            # A write is idempotent: a retried batch rewrites the same bytes.
+            if len(batch) == 1:
+                self._retry(self._put, *batch[0])
+            else:
+                self._retry(self._put_batch, batch)
 
         self._map(put_batch, self._put_batches(first))
         self._map(put_batch, self._put_batches(manifests))

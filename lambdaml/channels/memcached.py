@@ -169,9 +169,6 @@ class MemcachedChannel(Channel):
             raise ChannelError(f"memcached at {self.endpoint} did not store {key} ({len(data)} bytes)")
 
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
-        if len(items) == 1:
-            self._put(*items[0])
-            return
         refused = self._call(f"set of {len(items)} keys", self.client.set_many, dict(items), noreply=False)
         if refused:
             raise ChannelError(

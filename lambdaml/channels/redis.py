@@ -99,9 +99,6 @@ class RedisChannel(Channel):
         self._call(f"SET {key}", self.client.set, key, data)
 
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
-        if len(items) == 1:
-            self._put(*items[0])
-            return
         pipe = self.client.pipeline(transaction=False)  # one round trip, no MULTI/EXEC
         for key, data in items:
             pipe.set(key, data)

@@ -84,8 +84,9 @@ class UpdateLog:
     def read_new(self) -> list[tuple[str, bytes]]:
         """Updates of other ranks not applied yet, each exactly once: (key, value) pairs."""
         updates: list[tuple[str, bytes]] = []
-        ranks = [r for r in range(self.world_size) if r != self.rank]
-        new = dict.fromkeys(ranks, 0)
+        others = [r for r in range(self.world_size) if r != self.rank]
+        before = list(self.applied_from)
+        ranks = others
         while ranks:
             probes = {
                 r: [
@@ -102,13 +103,12 @@ class UpdateLog:
                         break
                     updates.append((key, found[key]))
                     self.applied_from[r] += 1
-                    new[r] += 1
                 else:  # the whole window was there: more may be right behind, ask for twice as many
                     self._window[r] = min(2 * self._window[r], self.MAX_WINDOW)
                     more.append(r)
             ranks = more
-        for r, count in new.items():
-            self._window[r] = min(count + 1, self.MAX_WINDOW)
+        for r in others:  # next time, ask for one more than came this time
+            self._window[r] = min(self.applied_from[r] - before[r] + 1, self.MAX_WINDOW)
         return updates
 
     def cursor(self) -> np.ndarray:
