@@ -83,7 +83,7 @@ def save_result(result: dict[str, Any], results_dir: str | Path | None) -> dict[
 
 
 def clear_job_channel(job: JobSpec, job_id: str, channel: Channel | None = None) -> None:
-    """A failed or cancelled job leaves nothing behind on the channel (best effort: it may be the cause)."""
+    """Remove the job's keys from its channel (best effort: after a failure the channel may be the cause)."""
     try:
         if channel is not None:
             channel.clear(keys.comm_prefix(job_id))

@@ -70,8 +70,9 @@ def _status(store: Channel, job_id: str) -> dict[str, Any]:
 
 def _set_status(store: Channel, job_id: str, state: str, **fields: Any) -> None:
     status = _status(store, job_id)
-    if status.get("state") in ("failed", "cancelled") and state != "cancelled":
-        return  # the first ending reported stands; a cancel's stragglers time out into it
+    ended = status.get("state")
+    if ended == "succeeded" or (ended in ("failed", "cancelled") and state != "cancelled"):
+        return  # the first ending reported stands; a cancel's stragglers (or a late duplicate) time out into it
     status.update(fields, state=state, updated_at=time.time())
     put_json(store, keys.job_status(job_id), status)
 
@@ -193,8 +194,14 @@ def work(
         (invoker or BotoInvoker()).invoke_async(function, {**event, "invocation": invocation + 1})
         return report
     put_json(store, keys.worker_report(job_id, rank), report)
+    # A duplicate invocation of a rank can write (its end marker) after rank 0 cleared the
+    # channel. Rank 0 sweeps again once the job is marked done, and a rank that finds the job
+    # already done sweeps itself: whichever comes last sees the other's keys.
     if rank == 0:
         _finish_job(job, job_id, store)
+        clear_job_channel(job, job_id, channel)
+    elif _status(store, job_id).get("state") != "running":
+        clear_job_channel(job, job_id, channel)
     return {"rank": rank, "status": "done"}
 
 

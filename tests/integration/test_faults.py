@@ -21,14 +21,15 @@ import pytest
 from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
+from lambdaml.errors import JobFailed
 from lambdaml.local import services as local_services
 from lambdaml.models import MODELS
 from lambdaml.models.linear import LogisticRegression
 from lambdaml.runtime import lambda_handlers
 from lambdaml.runtime.job import run_job
-from lambdaml.storage import get_json
+from lambdaml.storage import get_json, put_json
 from tests.helpers import Services, channel_spec, unique_name
-from tests.lambda_harness import ThreadInvoker, invoker, model, prepare_dataset, start
+from tests.lambda_harness import FakeContext, ThreadInvoker, invoker, model, prepare_dataset, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -314,4 +315,29 @@ def test_out_of_order_and_late_duplicate_invocations_do_not_corrupt_the_model(
     lam.join()
     assert lam.outcomes[-1]["status"] == "skipped: job succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
+    assert_no_keys_left(channel, job_id)
+
+
+@pytest.mark.parametrize("outcome", ["done", "fails"])
+def test_a_duplicate_that_ends_after_the_job_succeeded_leaves_no_keys_and_the_job_succeeded(
+    storage: tuple[StorageSpec, Channel], services: Services, monkeypatch: pytest.MonkeyPatch, outcome: str
+) -> None:
+    """The race in order: the duplicate starts while the job runs, rank 0 ends the job, then the duplicate writes."""
+    spec, store = storage
+    channel = channel_spec("memcached", services)
+    job = make_job(spec, channel)
+    job_id = unique_name("late-dup")
+    put_json(store, keys.job_status(job_id), {"job_id": job_id, "state": "running"})
+
+    def duplicate_rank(job: JobSpec, job_id: str, rank: int, **_: Any) -> dict[str, Any]:
+        lambda_handlers._set_status(store, job_id, "succeeded")  # rank 0 finished meanwhile
+        with open_channel(job.channel) as opened:
+            opened.put(keys.barrier_key(job_id, "end", rank), b"1")  # as its finish() does
+        if outcome == "fails":
+            raise JobFailed("timed out waiting for keys the job already removed")
+        return {"rank": rank, "status": "done"}
+
+    monkeypatch.setattr(lambda_handlers, "run_worker", duplicate_rank)
+    lambda_handlers.work(lambda_handlers.worker_event(job, job_id, 2, "worker"), FakeContext("worker", 10**9))
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     assert_no_keys_left(channel, job_id)
