@@ -325,25 +325,27 @@ def collective(
 
 
 def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
-    """A round: its critical path, which runs through rank 0 and so pays for the CPU of rank 0's
-    clean-up thread, or the store's busy time, whichever is longer."""
+    """A round: its critical path, which pays for the CPU of each rank's clean-up thread, or the
+    store's busy time, whichever is longer."""
     return max(chain + channel.cleanup_delay_s, busy)
 
 
 def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
-    """Store time of a whole round, with rank 0's clean-up of the previous one (a listing and a batch delete).
+    """Store time of a whole round, with every rank's batch delete of what it wrote the round before.
 
-    The clean-up runs on a background thread, off the round's critical path, but the store
-    serves it all the same.
+    The deletes run on background threads, off the round's critical path, but the store
+    serves them all the same.
     """
     return (
         store_s(channel, "put", put_trips, requests.bytes_sent, workers)
         + store_s(channel, "get", get_trips, requests.bytes_received, workers)
-        + 2 * channel.server_request("get", workers)
+        + workers * channel.server_request("get", workers)
     )
 
 
-_CLEANUP = Requests(lists=1, deletes=1)  # rank 0's listing and batch delete of the finished round
+def _cleanup(workers: int) -> Requests:
+    """Every rank's batch delete of the keys it wrote the round before (it knows them: no listing)."""
+    return Requests(deletes=workers)
 
 
 def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int = 1) -> Requests:
@@ -420,7 +422,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(_round(chain, busy, channel), requests + _CLEANUP, phases)
+    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
 
 
 def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
@@ -430,19 +432,14 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     put_merged = phase_s(channel, "put", w, 1, piece)
     gather_merged = phase_s(channel, "get", w, w - 1, piece)
     items = _items(channel, piece)
-    # The workers are symmetric but for rank 0, which deletes the previous round on a thread:
-    # its values land late by that thread's CPU where rank 0 needs the CPU too (``cleanup_delay_s``).
-    # The others, waiting for them, see them a poll gap late, so their values in turn land late
-    # for rank 0, which sees them a poll gap late again. Either wait loses at least what a wait
-    # on stragglers loses.
+    # The workers are symmetric: each waits twice (for its chunk's pieces, then for the merged
+    # chunks), and each wait loses at least what a wait on stragglers loses.
     straggle = channel.straggle(w)
     poll = poll_of(channel, w - 1, w - 1)
-    others_late, others_misses = polling.wait(channel.cleanup_delay_s + straggle, poll)
-    others_late = max(others_late, straggle)
-    seen_late, rank0_misses = polling.wait(others_late, poll)
-    rank0_late = others_late + max(seen_late, straggle)
-    chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + rank0_late
-    misses = (w - 1) * others_misses + rank0_misses
+    late, misses_per_wait = polling.wait(straggle, poll)
+    late = max(late, straggle)
+    chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + 2 * late
+    misses = 2 * w * misses_per_wait
     requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=misses * _still_missing(w - 1))
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + misses * channel.round_trips(
         "get", _still_missing(w - 1)
@@ -451,16 +448,16 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     busy = _store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "scatter": scatter,
-        "late_others": others_late,
+        "late_pieces": late,
         "gather_pieces": gather_pieces,
         "reduce": reduce_,
         "put_merged": put_merged,
-        "late_rank0": rank0_late,
+        "late_merged": late,
         "gather_merged": gather_merged,
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(_round(chain, busy, channel), requests + _CLEANUP, phases)
+    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
 
 
 def ring_allreduce_s(workers: int, vector_bytes: float, network_Bps: float, step_latency_s: float) -> float:

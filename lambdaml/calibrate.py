@@ -389,15 +389,20 @@ def measure_load(store: Channel, effort: Effort) -> tuple[float, float]:
 
 
 def measure_cleanup_cpu(channel: Channel, effort: Effort, keys_per_round: int = 4) -> float:
-    """CPU seconds this process spends deleting one finished round, as rank 0 does every round."""
+    """CPU seconds this process spends deleting what it wrote in a finished round, as every rank does."""
     job = f"calibrate-clean-{secrets.token_hex(3)}"
     value = codec.encode(_value(SMALL_FLOATS))
     times = []
-    for round_ in range(effort.repeats):
-        channel.put_many([(keys.comm_key(job, round_, "cal", rank=r), value) for r in range(keys_per_round)])
-        started = time.process_time()
-        channel.clear(keys.round_prefix(job, round_))
-        times.append(time.process_time() - started)
+    try:
+        for round_ in range(effort.repeats):
+            stored = channel.put_many(
+                [(keys.comm_key(job, round_, "cal", rank=0, chunk=c), value) for c in range(keys_per_round)]
+            )
+            started = time.process_time()
+            channel.delete_stored(stored)
+            times.append(time.process_time() - started)
+    finally:
+        channel.clear(keys.comm_prefix(job))
     return statistics.median(times)
 
 

@@ -207,12 +207,15 @@ class Channel(ABC):
 
     # ---- the rich layer --------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` at ``key``; values over the item limit are chunked transparently."""
-        self.put_many([(key, data)])
+    def put(self, key: str, data: bytes) -> list[str]:
+        """Store ``data`` at ``key``; values over the item limit are chunked transparently.
 
-    def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        """Store several values concurrently (a ScatterReduce worker's W-1 pieces).
+        Returns the keys stored (``key``, or its parts and manifest), for ``delete_stored``.
+        """
+        return self.put_many([(key, data)])
+
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
+        """Store several values concurrently (a ScatterReduce worker's W-1 pieces); returns the keys stored.
 
         Values over the item limit are split first, so every part of every value goes out
         in one concurrent batch and the manifests follow in a second: a reader that sees a
@@ -244,6 +247,7 @@ class Channel(ABC):
         self._map(put_batch, self._put_batches(first))
         self._map(put_batch, self._put_batches(manifests))
         self.stats.add(puts=len(first) + len(manifests), bytes_sent=sent)
+        return [key for key, _ in first] + [key for key, _ in manifests]
 
     def _put_batches(self, items: Sequence[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
         """Consecutive values grouped up to ``put_batch`` values and ``put_batch_bytes`` bytes (one at least)."""
@@ -341,6 +345,11 @@ class Channel(ABC):
         self.stats.add(lists=1)
         self._delete_raw(targets)
         return len(targets)
+
+    def delete_stored(self, stored: Sequence[str]) -> None:
+        """Delete exactly the keys ``put``/``put_many`` returned: no listing, so it costs one
+        batch delete where ``delete`` or ``clear`` would walk a Memcached server or scan a table."""
+        self._delete_raw(list(stored))
 
     def _delete_raw(self, keys: Sequence[str]) -> None:
         batches = [list(keys[i : i + _DELETE_BATCH]) for i in range(0, len(keys), _DELETE_BATCH)]

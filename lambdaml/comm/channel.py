@@ -23,8 +23,9 @@ class ChannelCommunicator(Communicator):
     """Rank, world size, a job namespace and a channel; the pattern decides the requests.
 
     Each collective call gets the next round number, so every key is written once.
-    Rounds that every rank has moved past are deleted in the background, which keeps the
-    channel's size bounded however long the job runs.
+    Every rank remembers the keys it wrote, and deletes its own once every rank has moved
+    past their round, in the background: the channel's size stays bounded however long the
+    job runs, and no rank ever lists the store to find what to delete.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class ChannelCommunicator(Communicator):
         self.pattern: Any = PATTERNS.get(pattern)()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
+        self._written: dict[int, list[str]] = {}  # round -> the keys this rank stored in it
 
     def key(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
         return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk)
@@ -75,15 +77,27 @@ class ChannelCommunicator(Communicator):
         finally:
             self.comm_s += time.perf_counter() - started
 
+    def put(self, round_: int, key: str, data: bytes) -> None:
+        """Store one value of ``round_``, remembered for ``retire_round``."""
+        self.put_many(round_, [(key, data)])
+
+    def put_many(self, round_: int, items: list[tuple[str, bytes]]) -> None:
+        """Store values of ``round_`` concurrently, remembered for ``retire_round``."""
+        self._written.setdefault(round_, []).extend(self.channel.put_many(items))
+
     def retire_round(self, round_: int) -> None:
-        """Delete a finished round's keys off the critical path.
+        """Delete, off the critical path, the keys this rank wrote up to ``round_``, which every
+        rank has moved past (each pattern knows when that is).
 
         With ``extra_retention`` the last few rounds stay readable, so a worker resumed
-        from its checkpoint can replay them.
+        from its checkpoint can replay them. Keys written before a restart are not
+        remembered; rank 0 clears them with the rest of the job's keys at ``finish``.
         """
         round_ -= self.extra_retention
-        if round_ >= 0:
-            self.in_background(self.channel.clear, keys.round_prefix(self.job_id, round_))
+        done = [r for r in self._written if r <= round_]
+        if done:
+            stored = [key for r in sorted(done) for key in self._written.pop(r)]
+            self.in_background(self.channel.delete_stored, stored)
 
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run housekeeping (deleting old keys) on one background thread; errors surface at finish."""

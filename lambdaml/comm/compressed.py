@@ -91,7 +91,7 @@ class CompressedAllreduce:
                     own = (q, extra)
                 else:
                     outgoing.append((comm.key(round_, self.tag, rank=rank, chunk=j), _bundle(payload, extra)))
-            channel.put_many(outgoing)
+            comm.put_many(round_, outgoing)
 
             # 2. As an owner: decompress the W pieces, sum them in rank order, compress the sum.
             merged: dict[int, np.ndarray] = {}
@@ -100,9 +100,6 @@ class CompressedAllreduce:
                 lo, hi = bounds[rank]
                 keys = {r: comm.key(round_, self.tag, rank=r, chunk=rank) for r in range(self.world) if r != rank}
                 raw = channel.wait_for(list(keys.values()), timeout)
-                if rank == 0:
-                    # As in ScatterReduce: every rank has started this round, so none reads round_-1 again.
-                    comm.retire_round(round_ - 1)
                 pieces = {rank: own}
                 for r, key in keys.items():
                     expected = extras if rank == 0 else None
@@ -116,11 +113,14 @@ class CompressedAllreduce:
                     merged_extras = np.add(pieces[0][1], pieces[1][1])  # type: ignore[arg-type]
                     for r in range(2, self.world):
                         merged_extras += pieces[r][1]
-                channel.put(comm.key(round_, self.tag, rank=None, chunk=rank), _bundle(payload, merged_extras))
+                comm.put(round_, comm.key(round_, self.tag, rank=None, chunk=rank), _bundle(payload, merged_extras))
 
             # 3. Every merged chunk I do not own.
             others = {j: comm.key(round_, self.tag, rank=None, chunk=j) for j in range(self.parts) if j != rank}
             raw = channel.wait_for(list(others.values()), timeout)
+            # Every owner merged this round from every rank's piece (a rank that owns no
+            # chunk learns it here): none reads round_-1 again.
+            comm.retire_round(round_ - 1)
             out = np.empty_like(flat)
             for j, (lo, hi) in enumerate(bounds):
                 if j in merged:

@@ -50,8 +50,10 @@ class AllReduce:
         timeout = comm.timeout_s
         merged_key = comm.key(round_, "ar", rank=None)
         if comm.rank != 0:
-            comm.channel.put(comm.key(round_, "ar", rank=comm.rank), codec.encode(x))
+            comm.put(round_, comm.key(round_, "ar", rank=comm.rank), codec.encode(x))
             raw = comm.channel.wait_for([merged_key], timeout)[merged_key]
+            # Rank 0 merged this round, so every rank had posted it: none reads round_-1 again.
+            comm.retire_round(round_ - 1)
             return codec.decode(raw, dtype=x.dtype, shape=x.shape, what=f"merged value of round {round_}").copy()
         part_keys = [comm.key(round_, "ar", rank=r) for r in range(1, comm.world_size)]
         parts = comm.channel.wait_for(part_keys, timeout)
@@ -62,7 +64,7 @@ class AllReduce:
         total = np.add(x, next(values))  # rank order: x0 + x1, then + x2 ...; a new array, x is untouched
         for value in values:
             total += value
-        comm.channel.put(merged_key, codec.encode(total))
+        comm.put(round_, merged_key, codec.encode(total))
         # Every rank has posted this round, so all have read the previous round's merged value.
         comm.retire_round(round_ - 1)
         return total
@@ -89,26 +91,26 @@ class ScatterReduce:
         bounds = chunk_bounds(flat.size, world)
 
         # 1. Scatter: my piece of every chunk I do not own goes to its owner, all at once.
-        channel.put_many(
+        comm.put_many(
+            round_,
             [
                 (comm.key(round_, self.tag, rank=rank, chunk=j), codec.encode(flat[lo:hi]))
                 for j, (lo, hi) in enumerate(bounds)
                 if j != rank
-            ]
+            ],
         )
 
         # 2. Reduce my chunk: the W-1 other pieces, added in rank order around my own.
         lo, hi = bounds[rank]
         piece_keys = {r: comm.key(round_, self.tag, rank=r, chunk=rank) for r in range(world) if r != rank}
         pieces = channel.wait_for(list(piece_keys.values()), timeout)
-        if rank == 0:
-            # Safe: rank r writes its pieces of this round only after its call for round_-1
-            # returned, i.e. after it wrote every round_-1 key it writes (pieces, merged chunk)
-            # and read every round_-1 value it reads (its chunk's pieces, all merged chunks).
-            # Holding this round's piece from every other rank, and being past round_-1
-            # itself, rank 0 knows nobody touches round_-1 again. Deleting it here, once per
-            # round, keeps the channel to the last two rounds (three while a delete runs).
-            comm.retire_round(round_ - 1)
+        # Safe: rank r writes its pieces of this round only after its call for round_-1
+        # returned, i.e. after it wrote every round_-1 key it writes (pieces, merged chunk)
+        # and read every round_-1 value it reads (its chunk's pieces, all merged chunks).
+        # Holding this round's piece from every other rank, and being past round_-1 itself,
+        # this rank knows nobody touches round_-1 again, and deletes what it wrote there:
+        # the channel keeps the last two rounds (three while a delete runs).
+        comm.retire_round(round_ - 1)
 
         def piece(r: int) -> np.ndarray:
             if r == rank:
@@ -123,7 +125,7 @@ class ScatterReduce:
         total = np.add(piece(0), piece(1))  # a new, writable array: one pass instead of copy-then-add
         for r in range(2, world):
             total += piece(r)
-        channel.put(comm.key(round_, self.tag, rank=None, chunk=rank), codec.encode(total))
+        comm.put(round_, comm.key(round_, self.tag, rank=None, chunk=rank), codec.encode(total))
 
         # 3. Gather the merged chunks the other ranks own.
         out = np.empty_like(flat)

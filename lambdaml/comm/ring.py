@@ -41,14 +41,13 @@ class RingExchange:
         comm = self.comm
         round_ = comm.next_round()
         with comm.timed():
-            comm.channel.put(comm.key(round_, self.tag, rank=comm.rank), codec.encode_bundle(message))
+            comm.put(round_, comm.key(round_, self.tag, rank=comm.rank), codec.encode_bundle(message))
             keys = {j: comm.key(round_, self.tag, rank=j) for j in self.neighbours}
             raw = comm.channel.wait_for(list(keys.values()), comm.timeout_s)
-            if comm.rank == 0:
-                # A neighbour that wrote round r has finished round r - 1, so the ranks h hops
-                # away have finished round r - h: every rank is past round r - W//2 and no
-                # one reads or writes it again.
-                comm.retire_round(round_ - comm.world_size // 2)
+            # A neighbour that wrote round r has finished round r - 1, so the ranks h hops
+            # away have finished round r - h: every rank is past round r - W//2 and no one
+            # reads or writes it again.
+            comm.retire_round(round_ - comm.world_size // 2)
             return {
                 j: dict(codec.decode_bundle(raw[key], what=f"rank {j}'s message of round {round_}"))
                 for j, key in keys.items()
