@@ -48,7 +48,7 @@ class ChannelPerf:
     wait_s: float = 0.0  # what a worker waiting on two others' values loses beyond the transfers
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
-    cleanup_cpu_s: float = 0.0  # a rank's CPU for deleting what it wrote the round before: its background thread holds the GIL
+    cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two
     cpu_share_put: float = 0.0  # share of a put's time that is the worker's own CPU (client code, copies)
     cpu_share_get: float = 0.0
