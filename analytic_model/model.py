@@ -339,7 +339,7 @@ def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_
     return (
         store_s(channel, "put", put_trips, requests.bytes_sent, workers)
         + store_s(channel, "get", get_trips, requests.bytes_received, workers)
-        + workers * channel.server_request("get", workers)
+        + workers * channel.server_request("delete", workers)
     )
 
 
@@ -434,7 +434,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     items = _items(channel, piece)
     # The workers are symmetric: each waits twice (for its chunk's pieces, then for the merged
     # chunks), and each wait loses at least what a wait on stragglers loses.
-    straggle = channel.straggle(w)
+    straggle = channel.straggle(w, "scatter_reduce")
     poll = poll_of(channel, w - 1, w - 1)
     late, misses_per_wait = polling.wait(straggle, poll)
     late = max(late, straggle)

@@ -40,6 +40,7 @@ class ChannelPerf:
     bandwidth_get_Bps: float
     server_put_s: float
     server_get_s: float
+    server_delete_s: float | None = None  # the store's time for one batch delete (None: as a put)
     server_put_Bps: float | None = None
     server_get_Bps: float | None = None
     max_item_bytes: int | None = None
@@ -47,6 +48,8 @@ class ChannelPerf:
     put_batch: int = 1  # values one put request carries (pipelined SETs, multi-set); S3 and DynamoDB write one
     wait_s: float = 0.0  # what a worker waiting on two others' values loses beyond the transfers
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
+    sr_wait_s: float | None = None  # ScatterReduce's own figures, where calibrated (None: as above)
+    sr_wait_per_worker_s: float | None = None
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
     cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two
@@ -64,8 +67,12 @@ class ChannelPerf:
         return float(getattr(self, f"bandwidth_{op}_Bps"))
 
     def server_request(self, op: str, clients: int = 2) -> float:
-        """The store's time per request while ``clients`` workers use it (a local store shares its CPU)."""
-        return float(getattr(self, f"server_{op}_s")) * (1.0 + self.server_growth * max(clients - 2, 0))
+        """The store's time per request (``put``, ``get``, ``delete``) while ``clients`` workers use it
+        (a local store shares its CPU)."""
+        seconds = getattr(self, f"server_{op}_s")
+        if seconds is None:  # a delete the profile has no figure for: as a put
+            seconds = self.server_put_s
+        return float(seconds) * (1.0 + self.server_growth * max(clients - 2, 0))
 
     def server_bandwidth(self, op: str) -> float | None:
         value = getattr(self, f"server_{op}_Bps")
@@ -84,9 +91,12 @@ class ChannelPerf:
         CPU too (their CPU share); the rest overlaps the rank waiting on the store."""
         return self.cleanup_cpu_s * max(self.cpu_share_put, self.cpu_share_get)
 
-    def straggle(self, workers: int) -> float:
-        """Expected loss of one wait for the values of ``workers`` symmetric workers."""
-        return self.wait_s + max(workers - 2, 0) * self.wait_per_worker_s
+    def straggle(self, workers: int, pattern: str = "allreduce") -> float:
+        """Expected loss of one wait of ``pattern`` for the values of ``workers`` symmetric workers."""
+        base, per_worker = self.wait_s, self.wait_per_worker_s
+        if pattern == "scatter_reduce" and self.sr_wait_s is not None:
+            base, per_worker = self.sr_wait_s, self.sr_wait_per_worker_s or 0.0
+        return base + max(workers - 2, 0) * per_worker
 
     def round_trips(self, op: str, keys: float) -> float:
         """Requests that carry ``keys`` values: batched where the channel batches them."""

@@ -388,22 +388,24 @@ def measure_load(store: Channel, effort: Effort) -> tuple[float, float]:
 # ---- whole profiles ---------------------------------------------------------------------------
 
 
-def measure_cleanup_cpu(channel: Channel, effort: Effort, keys_per_round: int = 4) -> float:
-    """CPU seconds this process spends deleting what it wrote in a finished round, as every rank does."""
+def measure_cleanup(channel: Channel, effort: Effort, keys_per_round: int = 4) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) this process spends deleting what it wrote in a finished
+    round, as every rank does: one batch delete of known keys."""
     job = f"calibrate-clean-{secrets.token_hex(3)}"
     value = codec.encode(_value(SMALL_FLOATS))
-    times = []
+    cpu, wall = [], []
     try:
         for round_ in range(effort.repeats):
             stored = channel.put_many(
                 [(keys.comm_key(job, round_, "cal", rank=0, chunk=c), value) for c in range(keys_per_round)]
             )
-            started = time.process_time()
+            started, cpu_started = time.perf_counter(), time.process_time()
             channel.delete_stored(stored)
-            times.append(time.process_time() - started)
+            cpu.append(time.process_time() - cpu_started)
+            wall.append(time.perf_counter() - started)
     finally:
         channel.clear(keys.comm_prefix(job))
-    return statistics.median(times)
+    return statistics.median(cpu), statistics.median(wall)
 
 
 def _rounds(
@@ -413,22 +415,22 @@ def _rounds(
     world: int,
     floats: int,
     rounds: int,
-    collective: bool,
+    pattern: str | None,
     barrier: Any,
     results: Any,
 ) -> None:
-    """One of ``world`` processes doing rounds: the real AllReduce (``collective``), or putting
-    one value and reading everyone else's (what every phase of the patterns amounts to)."""
+    """One of ``world`` processes doing rounds: the real collective of ``pattern``, or (None)
+    putting one value and reading everyone else's (what every phase of the patterns amounts to)."""
     from lambdaml.comm.channel import ChannelCommunicator
 
     try:
         channel = open_channel(ChannelSpec(**spec_data))
-        comm = ChannelCommunicator(channel, job, rank, world, pattern="allreduce", timeout_s=PROBE_TIMEOUT_S)
+        comm = ChannelCommunicator(channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S)
         value = _value(floats, seed=rank)
         ends = []
         barrier.wait(PROBE_TIMEOUT_S)
         for round_ in range(rounds):
-            if collective:
+            if pattern:
                 comm.allreduce(value)
             else:
                 channel.put(keys.comm_key(job, round_, "x", rank=rank), codec.encode(value))
@@ -443,7 +445,7 @@ def _rounds(
         results.put((rank, [], f"{type(exc).__name__}: {exc}"))
 
 
-def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, collective: bool) -> float:
+def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pattern: str | None) -> float:
     """The median round of ``world`` processes doing ``_rounds`` (rank 0's clock, after a warm-up)."""
     ctx = mp.get_context("spawn")
     job = f"calibrate-rounds-{secrets.token_hex(3)}"
@@ -451,7 +453,7 @@ def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, co
     results = ctx.Queue()
     args = (spec.model_dump(), job)
     procs = [
-        ctx.Process(target=_rounds, args=(*args, r, world, floats, rounds, collective, barrier, results))
+        ctx.Process(target=_rounds, args=(*args, r, world, floats, rounds, pattern, barrier, results))
         for r in range(world)
     ]
     reports = _run_all(procs, results, f"calibrating rounds on {spec.kind}", PROBE_TIMEOUT_S)
@@ -478,14 +480,16 @@ def _solve_increasing(f: Callable[[float], float], target: float, high: float) -
 def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
     """What W workers that exchange values lose beyond one worker's transfers, measured with W processes.
 
-    With small values, W processes run the real AllReduce round after round: the wait loss
-    (polling, stragglers and, on a shared machine, scheduling) is the figure that makes the
-    model's round equal the measured one, at 2 and at ``effort.processes`` workers. With
+    With small values, W processes run the real AllReduce, then the real ScatterReduce, round
+    after round: each pattern's wait loss (polling, stragglers and, on a shared machine,
+    scheduling; on a store that serves one request at a time, how the workers' requests
+    interleave) is the figure that makes the model's round equal the measured one, at 2 and
+    at ``effort.processes`` workers. With
     large values, each process puts one value and reads the others' (what every phase of
     the patterns amounts to): what the bytes cost beyond one worker's transfers is crowding,
     workers that move bytes at once slowing each other down.
     """
-    from analytic_model.model import Polling, collective, store_s
+    from analytic_model.model import PATTERNS, Polling, collective, store_s
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
@@ -497,18 +501,22 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     small, large = (len(codec.encode(_value(n))) for n in (SMALL_FLOATS, large_floats))
     rounds = max(20, 4 * effort.repeats)  # spawning the processes costs more than the rounds
     worlds = sorted({2, max(2, effort.processes)})
-    losses: dict[int, float] = {}
+    losses: dict[tuple[str, int], float] = {}
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
-        measured = _median_round(spec, world, SMALL_FLOATS, rounds, collective=True)
+        for pattern in PATTERNS:
+            measured = _median_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
 
-        def modelled(loss: float, world: int = world) -> float:
-            with_loss = dataclasses.replace(perf, wait_s=loss, wait_per_worker_s=0.0)
-            return collective(with_loss, "allreduce", world, small - header, math.inf, polling, header).seconds
+            def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
+                if pattern == "scatter_reduce":
+                    with_loss = dataclasses.replace(perf, sr_wait_s=loss, sr_wait_per_worker_s=0.0)
+                else:
+                    with_loss = dataclasses.replace(perf, wait_s=loss, wait_per_worker_s=0.0)
+                return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
-        losses[world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
-        large_s = _median_round(spec, world, large_floats, max(6, rounds // 2), collective=False)
-        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), collective=False)
+            losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
+        large_s = _median_round(spec, world, large_floats, max(6, rounds // 2), pattern=None)
+        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None)
         extra = large - small
         # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
         put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
@@ -518,7 +526,6 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
         )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             slowdowns[world] = (large_s - small_s) / alone
-    per_worker = (losses[worlds[-1]] - losses[2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
     # The model slows bytes by 1 + crowding * (W - 1): the least-squares fit over the worlds
     # measured (averaging each world's own slope would weigh W=2 as much as a world 3x larger).
     fit = (
@@ -526,7 +533,18 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
         if slowdowns
         else 0.0
     )
-    return {"wait_s": losses[2], "wait_per_worker_s": max(per_worker, 0.0), "crowding": max(fit, 0.0)}
+    figures = {"crowding": max(fit, 0.0)}
+    for pattern in PATTERNS:
+        top = losses[pattern, worlds[-1]]
+        per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
+        figures.update(_wait_fields(pattern, losses[pattern, 2], max(per_worker, 0.0)))
+    return figures
+
+
+def _wait_fields(pattern: str, wait_s: float, per_worker_s: float) -> dict[str, float]:
+    """The profile's wait-loss figures of ``pattern`` (ScatterReduce's carry an ``sr_`` prefix)."""
+    prefix = "sr_" if pattern == "scatter_reduce" else ""
+    return {f"{prefix}wait_s": wait_s, f"{prefix}wait_per_worker_s": per_worker_s}
 
 
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -540,7 +558,7 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         # measurements): where a process runs relative to the store can halve a loopback
         # call for seconds at a time, so each figure is the median of the three.
         single = [measure_channel(channel, effort)]
-        cleanup_cpu_s = measure_cleanup_cpu(channel, effort)
+        cleanup_cpu_s, cleanup_wall_s = measure_cleanup(channel, effort)
         large_floats = _sizes(channel, effort.large_bytes)[-1]
         say(f"channel {spec.kind}: 2 and {effort.processes} processes at once")
         figures: dict[str, Any] = dict(measure_store(spec, effort, large_floats, 2))
@@ -556,6 +574,10 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         single.append(measure_channel(channel, effort))
         figures.update({name: statistics.median(m[name] for m in single) for name in single[0]})
         figures["cleanup_cpu_s"] = cleanup_cpu_s
+        # The store's time for a batch delete: what it takes beyond a put's client and network
+        # part (moto parses and applies a DeleteObjects far slower than a PUT).
+        server_put = figures.get("server_put_s") or 0.0
+        figures["server_delete_s"] = max(cleanup_wall_s - (figures["latency_put_s"] - server_put), server_put)
         figures["max_item_bytes"] = channel.max_item_bytes
     say(f"channel {spec.kind}: workers exchanging values")
     figures.update(measure_exchange(spec, figures, effort, large_floats))
