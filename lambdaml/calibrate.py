@@ -445,8 +445,8 @@ def _rounds(
         results.put((rank, [], f"{type(exc).__name__}: {exc}"))
 
 
-def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pattern: str | None) -> float:
-    """The median round of ``world`` processes doing ``_rounds`` (rank 0's clock, after a warm-up)."""
+def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pattern: str | None) -> float:
+    """The mean round of ``world`` processes doing ``_rounds`` (rank 0's clock, after a warm-up)."""
     ctx = mp.get_context("spawn")
     job = f"calibrate-rounds-{secrets.token_hex(3)}"
     barrier = ctx.Barrier(world)
@@ -460,8 +460,10 @@ def _median_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pa
     failed = [error for _, _, error in reports if error]
     if failed:
         raise LambdaMLError(f"calibrating rounds on {spec.kind}: {failed[0]}")
-    ends = next(e for rank, e, _ in reports if rank == 0)
-    return statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))
+    ends = next(e for rank, e, _ in reports if rank == 0)[2:]
+    # The mean, not the median: a job's time is the sum of its rounds, slow ones included
+    # (a round's time is skewed: now and then a worker waits for a core).
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
 def _solve_increasing(f: Callable[[float], float], target: float, high: float) -> float:
@@ -505,7 +507,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
         for pattern in PATTERNS:
-            measured = _median_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
+            measured = _mean_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
                 if pattern == "scatter_reduce":
@@ -515,8 +517,8 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
-        large_s = _median_round(spec, world, large_floats, max(6, rounds // 2), pattern=None)
-        small_s = _median_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None)
+        large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None)
+        small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None)
         extra = large - small
         # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
         put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
