@@ -24,7 +24,6 @@ how many (``faas.shared_cores``), so predictions for W workers on 2 cores are ho
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
 import multiprocessing as mp
