@@ -466,7 +466,11 @@ def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, patt
 
 
 def _solve_increasing(f: Callable[[float], float], target: float, high: float) -> float:
-    """The smallest x in [0, high] with f(x) >= target, for a non-decreasing f (bisection)."""
+    """The x in [0, high] where a non-decreasing f reaches ``target`` (bisection).
+
+    f may jump (a poll that misses adds whole requests): where it jumps over the target,
+    the side of the jump nearer the target wins.
+    """
     if f(0.0) >= target:
         return 0.0
     if f(high) < target:
@@ -475,7 +479,7 @@ def _solve_increasing(f: Callable[[float], float], target: float, high: float) -
     for _ in range(40):
         mid = (low + high) / 2
         low, high = (low, mid) if f(mid) >= target else (mid, high)
-    return high
+    return low if target - f(low) < f(high) - target else high
 
 
 def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort, large_floats: int) -> dict[str, float]:
