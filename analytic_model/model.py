@@ -541,7 +541,7 @@ def predict_faas(
     header = int(profile.number("codec_header_bytes"))
     add_Bps = profile.number("compute.add_Bps") * speed
 
-    compute = round_compute_s(sched, rates, speed)
+    compute = round_compute_s(sched, rates, speed) + (perf.step_wake_s if workers > 1 else 0.0)
     comm = collective(perf, pattern, workers, vector, add_Bps, Polling.of(profile), header)
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s

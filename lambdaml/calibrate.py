@@ -407,6 +407,20 @@ def measure_cleanup(channel: Channel, effort: Effort, keys_per_round: int = 4) -
     return statistics.median(cpu), statistics.median(wall)
 
 
+def _probe_step() -> Callable[[], None]:
+    """A small gradient step (logistic regression, 100 rows of 28 features): the compute a
+    worker does between two collectives in the exchange probes."""
+    rng = np.random.default_rng(0)
+    X, y, w = rng.standard_normal((1000, 28)), (rng.random(1000) > 0.5).astype(np.float64), np.zeros(28)
+
+    def step() -> None:
+        rows = rng.integers(0, len(y), 100)
+        batch = X[rows]
+        w[:] -= 1e-3 * (batch.T @ (1.0 / (1.0 + np.exp(-(batch @ w))) - y[rows])) / len(rows)
+
+    return step
+
+
 def _rounds(
     spec_data: dict[str, Any],
     job: str,
@@ -418,18 +432,25 @@ def _rounds(
     barrier: Any,
     results: Any,
 ) -> None:
-    """One of ``world`` processes doing rounds: the real collective of ``pattern``, or (None)
-    putting one value and reading everyone else's (what every phase of the patterns amounts to)."""
+    """One of ``world`` processes doing rounds: a small gradient step and the real collective of
+    ``pattern``, or (None) putting one value and reading everyone else's (what every phase of
+    the patterns amounts to). Reports the rounds' ends and, with a pattern, how much longer the
+    step took between collectives than back to back."""
     from lambdaml.comm.channel import ChannelCommunicator
 
     try:
         channel = open_channel(ChannelSpec(**spec_data))
         comm = ChannelCommunicator(channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S)
         value = _value(floats, seed=rank)
-        ends = []
+        step = _probe_step()
+        alone = _median_time(step, 30) if pattern else 0.0
+        ends, steps = [], []
         barrier.wait(PROBE_TIMEOUT_S)
         for round_ in range(rounds):
             if pattern:
+                started = time.perf_counter()
+                step()
+                steps.append(time.perf_counter() - started)
                 comm.allreduce(value)
             else:
                 channel.put(keys.comm_key(job, round_, "x", rank=rank), codec.encode(value))
@@ -439,13 +460,21 @@ def _rounds(
             ends.append(time.perf_counter())
         comm.finish()  # rank 0 waits for everyone, then clears the probe's keys
         channel.close()
-        results.put((rank, ends, None))
+        in_run = statistics.fmean(steps[2:]) if pattern else 0.0
+        results.put((rank, (ends, in_run, alone), None))
     except Exception as exc:  # reported to the parent as one line
-        results.put((rank, [], f"{type(exc).__name__}: {exc}"))
+        results.put((rank, ([], 0.0, 0.0), f"{type(exc).__name__}: {exc}"))
 
 
-def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pattern: str | None) -> float:
-    """The mean round of ``world`` processes doing ``_rounds`` (rank 0's clock, after a warm-up)."""
+@dataclass(frozen=True)
+class ProbeRounds:
+    round_s: float  # rank 0's mean round, after a warm-up
+    step_s: float  # the mean gradient step between collectives, over the ranks
+    step_alone_s: float  # the same step back to back in one process
+
+
+def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, pattern: str | None) -> ProbeRounds:
+    """The mean round of ``world`` processes doing ``_rounds``, and their gradient steps."""
     ctx = mp.get_context("spawn")
     job = f"calibrate-rounds-{secrets.token_hex(3)}"
     barrier = ctx.Barrier(world)
@@ -459,10 +488,14 @@ def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, patt
     failed = [error for _, _, error in reports if error]
     if failed:
         raise LambdaMLError(f"calibrating rounds on {spec.kind}: {failed[0]}")
-    ends = next(e for rank, e, _ in reports if rank == 0)[2:]
+    ends = next(report[0] for rank, report, _ in reports if rank == 0)[2:]
     # The mean, not the median: a job's time is the sum of its rounds, slow ones included
     # (a round's time is skewed: now and then a worker waits for a core).
-    return (ends[-1] - ends[0]) / (len(ends) - 1)
+    return ProbeRounds(
+        (ends[-1] - ends[0]) / (len(ends) - 1),
+        statistics.fmean(report[1] for _, report, _ in reports),
+        statistics.fmean(report[2] for _, report, _ in reports),
+    )
 
 
 def _solve_increasing(f: Callable[[float], float], target: float, high: float) -> float:
@@ -507,10 +540,13 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     rounds = max(20, 4 * effort.repeats)  # spawning the processes costs more than the rounds
     worlds = sorted({2, max(2, effort.processes)})
     losses: dict[tuple[str, int], float] = {}
+    wakes: list[float] = []  # what a step between collectives takes beyond the same step's share of a core
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
         for pattern in PATTERNS:
-            measured = _mean_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
+            probe = _mean_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
+            wakes.append(max(probe.step_s - probe.step_alone_s / min(1.0, cores() / world), 0.0))
+            measured = probe.round_s - probe.step_s
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
                 if pattern == "scatter_reduce":
@@ -520,8 +556,8 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
-        large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None)
-        small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None)
+        large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None).round_s
+        small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None).round_s
         extra = large - small
         # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
         put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
@@ -538,7 +574,8 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
         if slowdowns
         else 0.0
     )
-    figures = {"crowding": max(fit, 0.0)}
+    # A step right after a wait runs on cold caches (and a core that may be asleep).
+    figures = {"crowding": max(fit, 0.0), "step_wake_s": statistics.fmean(wakes)}
     for pattern in PATTERNS:
         top = losses[pattern, worlds[-1]]
         per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
