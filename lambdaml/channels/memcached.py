@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
+import pymemcache.client.base
 from pymemcache.client.base import Client, PooledClient
 from pymemcache.exceptions import (
     MemcacheError,
@@ -38,6 +39,10 @@ DEFAULT_MAX_ITEM_BYTES = 1_000_000  # under the 1 MiB default item limit, with r
 SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
 LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
 _BATCH = 100  # keys per multi-get / multi-delete request
+
+# pymemcache reads responses 4 KB per recv() and has no option for it: an 800 KB value took
+# 200 system calls, 0.85 ms on loopback against 0.30 ms with 64 KB reads.
+pymemcache.client.base.RECV_SIZE = max(pymemcache.client.base.RECV_SIZE, 64 * 1024)
 
 
 class _UnknownCommand(Exception):
