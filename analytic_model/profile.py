@@ -51,9 +51,6 @@ class ChannelPerf:
     sr_wait_s: float | None = None  # ScatterReduce's own figures, where calibrated (None: as above)
     sr_wait_per_worker_s: float | None = None
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
-    # AllReduce's bytes in real rounds over the model's figures: on a shared machine the
-    # aggregator moves them while the others poll and compute on the same cores and caches.
-    ar_bytes_slowdown: float = 1.0
     step_wake_s: float = 0.0  # a worker's first step after a wait takes this much longer (cold caches)
     cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two

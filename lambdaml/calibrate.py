@@ -580,24 +580,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
         top = losses[pattern, worlds[-1]]
         per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
         figures.update(_wait_fields(pattern, losses[pattern, 2], max(per_worker, 0.0)))
-    # AllReduce with large values: what its bytes take in real rounds beyond the figures so far.
-    fitted = dataclasses.replace(
-        perf, crowding=figures["crowding"], wait_s=figures["wait_s"], wait_per_worker_s=figures["wait_per_worker_s"]
-    )
-    factors = []
-    for world in worlds:
-        probe = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern="allreduce")
-
-        def with_slowdown(extra: float, world: int = world) -> float:
-            slowed = dataclasses.replace(fitted, ar_bytes_slowdown=1.0 + extra)
-            return collective(slowed, "allreduce", world, large - header, math.inf, polling, header).seconds
-
-        factors.append(1.0 + _solve_increasing(with_slowdown, probe.round_s - probe.step_s, high=_MAX_SLOWDOWN - 1.0))
-    figures["ar_bytes_slowdown"] = statistics.fmean(factors)
     return figures
-
-
-_MAX_SLOWDOWN = 5.0  # bytes slower than this in real rounds would be a broken measurement
 
 
 def _wait_fields(pattern: str, wait_s: float, per_worker_s: float) -> dict[str, float]:
