@@ -10,8 +10,10 @@ What is measured, each through the same code the workers run:
   share of it that is the caller's CPU, the cost of each further value in one
   ``put_many``/``get_many``, the bandwidth of large values; with several processes
   hammering the channel at once, what the store (or the shared machine) sustains per
-  request and per byte; with 2 and 4 processes running the real AllReduce, what a wait
-  loses, and with them exchanging large values, how much they crowd each other;
+  request and per byte; with 2 and 4 processes running a small gradient step and the real
+  AllReduce, then ScatterReduce, what a wait loses in each pattern and how much slower the
+  step after a wait is, and with them exchanging large values, how much they crowd each
+  other; the CPU and wall time of a worker's batch delete;
 - per model: the time of one worker step at two batch sizes, giving the time per sample
   and per step on one core;
 - the worker processes' start-up (spawn and imports), the summing rate, and loading a
@@ -549,10 +551,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
             measured = probe.round_s - probe.step_s
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
-                if pattern == "scatter_reduce":
-                    with_loss = dataclasses.replace(perf, sr_wait_s=loss, sr_wait_per_worker_s=0.0)
-                else:
-                    with_loss = dataclasses.replace(perf, wait_s=loss, wait_per_worker_s=0.0)
+                with_loss = dataclasses.replace(perf, **_wait_fields(pattern, loss, 0.0))
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
@@ -583,7 +582,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     return figures
 
 
-def _wait_fields(pattern: str, wait_s: float, per_worker_s: float) -> dict[str, float]:
+def _wait_fields(pattern: str, wait_s: float, per_worker_s: float) -> dict[str, Any]:
     """The profile's wait-loss figures of ``pattern`` (ScatterReduce's carry an ``sr_`` prefix)."""
     prefix = "sr_" if pattern == "scatter_reduce" else ""
     return {f"{prefix}wait_s": wait_s, f"{prefix}wait_per_worker_s": per_worker_s}
