@@ -29,6 +29,7 @@ from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import load_test, load_worker_data, read_manifest
 from lambdaml.errors import CodecError, Diverged, KeyNotFound
 from lambdaml.models import MODELS
+from lambdaml.runtime.heap import keep_freed_buffers
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ def run_worker(
     through a channel communicator over ``channel`` or the job's channel. With a
     ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
     """
+    keep_freed_buffers()
     # A diverging run is caught explicitly (Diverged) before a NaN leaves the worker; numpy's
     # overflow warnings would only add lines to the user's terminal.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
