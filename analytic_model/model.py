@@ -211,16 +211,17 @@ def _items(channel: ChannelPerf, size: float) -> int:
     return parts if parts == 1 else parts + 1
 
 
-def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 1) -> float:
+def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 1, slowdown: float = 1.0) -> float:
     """One worker's call that puts or gets ``count`` values of ``size`` bytes (concurrently or batched).
 
     ``crowd``: workers making calls at the same time. On a shared machine they slow each
     other: their bytes crowd (``crowding``), and the CPU part of every call waits for a core.
+    ``slowdown``: what the pattern's rounds do to the bytes beyond that (``ChannelPerf.slowdown``).
     """
     if count <= 0:
         return 0.0
     items = count * _items(channel, size)
-    byte_s = count * size / channel.bandwidth(op) * (1.0 + channel.crowding * (crowd - 1))
+    byte_s = count * size / channel.bandwidth(op) * (1.0 + channel.crowding * (crowd - 1)) * slowdown
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
     if _parts(channel, size) > 1:
         seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
@@ -236,13 +237,13 @@ def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float, clien
     return seconds
 
 
-def phase_s(channel: ChannelPerf, op: str, clients: int, count: int, size: float) -> float:
+def phase_s(channel: ChannelPerf, op: str, clients: int, count: int, size: float, slowdown: float = 1.0) -> float:
     """``clients`` workers each move ``count`` values at once: the slower of the worker and the store."""
     if clients <= 0 or count <= 0:
         return 0.0
     trips = clients * channel.round_trips(op, count * _items(channel, size))
     store = store_s(channel, op, trips, clients * count * size, clients)
-    return max(call_s(channel, op, count, size, clients), store)
+    return max(call_s(channel, op, count, size, clients, slowdown), store)
 
 
 @dataclass(frozen=True)
@@ -383,11 +384,12 @@ def _still_missing(keys: int) -> float:
 
 
 def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: Polling) -> RoundCost:
-    put_others = phase_s(channel, "put", w - 1, 1, m)  # every non-aggregator puts its vector
-    gather = phase_s(channel, "get", 1, w - 1, m)  # the aggregator reads the W-1 vectors
+    slowdown = channel.slowdown("allreduce")
+    put_others = phase_s(channel, "put", w - 1, 1, m, slowdown)  # every non-aggregator puts its vector
+    gather = phase_s(channel, "get", 1, w - 1, m, slowdown)  # the aggregator reads the W-1 vectors
     reduce_ = (w - 1) * m / add_Bps
-    put_merged = phase_s(channel, "put", 1, 1, m)
-    get_merged = phase_s(channel, "get", w - 1, 1, m)
+    put_merged = phase_s(channel, "put", 1, 1, m, slowdown)
+    get_merged = phase_s(channel, "get", w - 1, 1, m, slowdown)
     poll_gather, poll_merged = poll_of(channel, w - 1, w - 1), poll_of(channel, 1, w - 1)
     # Steady state: the aggregator waits from the end of its compute for the others' puts, the
     # others wait from their put for the merged value; each wait ends half a poll gap late.
@@ -426,11 +428,12 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
 
 
 def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
-    scatter = phase_s(channel, "put", w, w - 1, piece)
-    gather_pieces = phase_s(channel, "get", w, w - 1, piece)
+    slowdown = channel.slowdown("scatter_reduce")
+    scatter = phase_s(channel, "put", w, w - 1, piece, slowdown)
+    gather_pieces = phase_s(channel, "get", w, w - 1, piece, slowdown)
     reduce_ = (w - 1) * piece / add_Bps
-    put_merged = phase_s(channel, "put", w, 1, piece)
-    gather_merged = phase_s(channel, "get", w, w - 1, piece)
+    put_merged = phase_s(channel, "put", w, 1, piece, slowdown)
+    gather_merged = phase_s(channel, "get", w, w - 1, piece, slowdown)
     items = _items(channel, piece)
     # The workers are symmetric: each waits twice (for its chunk's pieces, then for the merged
     # chunks), and each wait loses at least what a wait on stragglers loses.

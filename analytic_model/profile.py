@@ -51,6 +51,10 @@ class ChannelPerf:
     sr_wait_s: float | None = None  # ScatterReduce's own figures, where calibrated (None: as above)
     sr_wait_per_worker_s: float | None = None
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
+    # A pattern's bytes in real rounds over one worker's transfers crowded as above: on a shared
+    # machine a rank moves them while the others poll and compute on the same cores and caches.
+    bytes_slowdown: float = 1.0
+    sr_bytes_slowdown: float | None = None  # ScatterReduce's own, where calibrated (None: as above)
     step_wake_s: float = 0.0  # a worker's first step after a wait takes this much longer (cold caches)
     cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two
@@ -98,6 +102,12 @@ class ChannelPerf:
         if pattern == "scatter_reduce" and self.sr_wait_s is not None:
             base, per_worker = self.sr_wait_s, self.sr_wait_per_worker_s or 0.0
         return base + max(workers - 2, 0) * per_worker
+
+    def slowdown(self, pattern: str) -> float:
+        """What ``pattern``'s rounds do to its bytes beyond the transfers and crowding."""
+        if pattern == "scatter_reduce" and self.sr_bytes_slowdown is not None:
+            return self.sr_bytes_slowdown
+        return self.bytes_slowdown
 
     def round_trips(self, op: str, keys: float) -> float:
         """Requests that carry ``keys`` values: batched where the channel batches them."""

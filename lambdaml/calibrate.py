@@ -12,8 +12,9 @@ What is measured, each through the same code the workers run:
   hammering the channel at once, what the store (or the shared machine) sustains per
   request and per byte; with 2 and 4 processes running a small gradient step and the real
   AllReduce, then ScatterReduce, what a wait loses in each pattern and how much slower the
-  step after a wait is, and with them exchanging large values, how much they crowd each
-  other; the CPU and wall time of a worker's batch delete;
+  step after a wait is; with them exchanging large values, how much they crowd each
+  other, and with them running each pattern on large values, how much slower its bytes
+  move in real rounds; the CPU and wall time of a worker's batch delete;
 - per model: the time of one worker step at two batch sizes, giving the time per sample
   and per step on one core;
 - the worker processes' start-up (spawn and imports), the summing rate, and loading a
@@ -47,6 +48,7 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, ModelSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
+from lambdaml.runtime.heap import keep_freed_buffers
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,7 @@ def _saturate(
 ) -> None:
     """One of several processes hammering a channel: count small puts, small gets, large puts, large gets."""
     try:
+        keep_freed_buffers()  # as a worker's process does
         channel = open_channel(ChannelSpec(**spec_data))
         job = f"calibrate-sat-{spec_data['kind']}"
         counts: dict[str, int] = {}
@@ -441,6 +444,7 @@ def _rounds(
     from lambdaml.comm.channel import ChannelCommunicator
 
     try:
+        keep_freed_buffers()  # as a worker's process does: rounds of large values churn no pages
         channel = open_channel(ChannelSpec(**spec_data))
         comm = ChannelCommunicator(channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S)
         value = _value(floats, seed=rank)
@@ -527,9 +531,15 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     at ``effort.processes`` workers. With
     large values, each process puts one value and reads the others' (what every phase of
     the patterns amounts to): what the bytes cost beyond one worker's transfers is crowding,
-    workers that move bytes at once slowing each other down.
+    workers that move bytes at once slowing each other down. Last, where the workers' bytes
+    (not the store) set a pattern's rounds, W processes run it on large values: what its
+    bytes take beyond all of that is its slowdown.
+
+    Every probe process keeps its freed buffers as a worker does (``keep_freed_buffers``):
+    a near-empty process that gave its heap back each round would fault its pages in again
+    and measure rounds twice as long as a job's.
     """
-    from analytic_model.model import PATTERNS, Polling, collective, store_s
+    from analytic_model.model import PATTERNS, Polling, RoundCost, collective, store_s
     from analytic_model.profile import ChannelPerf, aws_profile
 
     known = {k: v for k, v in figures.items() if k in ChannelPerf.__dataclass_fields__}
@@ -551,7 +561,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
             measured = probe.round_s - probe.step_s
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
-                with_loss = dataclasses.replace(perf, **_wait_fields(pattern, loss, 0.0))
+                with_loss = dataclasses.replace(perf, **_pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
@@ -578,19 +588,45 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     for pattern in PATTERNS:
         top = losses[pattern, worlds[-1]]
         per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
-        figures.update(_wait_fields(pattern, losses[pattern, 2], max(per_worker, 0.0)))
+        figures.update(_pattern_fields(pattern, wait_s=losses[pattern, 2], wait_per_worker_s=max(per_worker, 0.0)))
+    # Each pattern with large values, round after round: what its bytes take in real rounds
+    # beyond the figures so far (the ranks move them while the others poll and compute).
+    fitted = dataclasses.replace(perf, **figures)
+    for pattern in PATTERNS:
+        factors = []
+        for world in worlds:
+
+            def slowed(excess: float, world: int = world, pattern: str = pattern) -> RoundCost:
+                with_slowdown = dataclasses.replace(fitted, **_pattern_fields(pattern, bytes_slowdown=1.0 + excess))
+                return collective(with_slowdown, pattern, world, large - header, math.inf, polling, header)
+
+            def slowed_s(excess: float, slowed: Callable[[float], RoundCost] = slowed) -> float:
+                return slowed(excess).seconds
+
+            unslowed = slowed(0.0)
+            if unslowed.phases["chain"] < unslowed.phases["store_busy"]:
+                factors.append(1.0)  # the store sets these rounds, not the workers' bytes: nothing to learn
+                continue
+            probe = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=pattern)
+            measured = probe.round_s - probe.step_s
+            factors.append(1.0 + _solve_increasing(slowed_s, measured, high=_MAX_SLOWDOWN - 1.0))
+        figures.update(_pattern_fields(pattern, bytes_slowdown=statistics.fmean(factors)))
     return figures
 
 
-def _wait_fields(pattern: str, wait_s: float, per_worker_s: float) -> dict[str, Any]:
-    """The profile's wait-loss figures of ``pattern`` (ScatterReduce's carry an ``sr_`` prefix)."""
+_MAX_SLOWDOWN = 5.0  # bytes slower than this in real rounds would be a broken measurement
+
+
+def _pattern_fields(pattern: str, **figures: float) -> dict[str, Any]:
+    """The profile's names of ``pattern``'s own figures (ScatterReduce's carry an ``sr_`` prefix)."""
     prefix = "sr_" if pattern == "scatter_reduce" else ""
-    return {f"{prefix}wait_s": wait_s, f"{prefix}wait_per_worker_s": per_worker_s}
+    return {f"{prefix}{name}": value for name, value in figures.items()}
 
 
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Everything the model needs to know about one channel."""
     say = say or (lambda _: None)
+    keep_freed_buffers()  # this process measures one worker's calls: its heap behaves as a worker's
     say(f"channel {spec.kind}: latency and bandwidth")
     with open_channel(spec) as channel:
         channel.ensure()
@@ -638,6 +674,7 @@ def calibrate(
 ) -> dict[str, Any]:
     """Measure everything for one target and return the (partial) profile."""
     say = on_step or (lambda _: None)
+    keep_freed_buffers()  # the compute probes time a worker's steps: its heap behaves as a worker's
     measured_channels = {kind: channel_figures(spec, effort, say) for kind, spec in channels.items()}
     compute: dict[str, Any] = {"measured": {}}
     for probe in probes:

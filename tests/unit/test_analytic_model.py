@@ -205,6 +205,12 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     straggling = collective(_channel(wait_s=0.004), "scatter_reduce", 4, 4e6, 1e12, polling, 0)
     assert straggling.phases["late_pieces"] == straggling.phases["late_merged"] >= 0.004
     assert straggling.seconds >= sr.seconds + 2 * 0.004
+    # A pattern's slowdown stretches its bytes, not its latencies; ScatterReduce's own figure wins.
+    slowed = _channel(bytes_slowdown=2.0, sr_bytes_slowdown=1.5)
+    ar_slowed = collective(slowed, "allreduce", 4, 4e6, 1e12, polling, 0)
+    assert ar_slowed.phases["gather"] == pytest.approx(0.01 + 2.0 * 3 * 4e6 / 1e8)
+    sr_slowed = collective(slowed, "scatter_reduce", 4, 4e6, 1e12, polling, 0)
+    assert sr_slowed.seconds == pytest.approx(4 * 0.01 + 1.5 * (3 + 3 + 1 + 3) * 1e6 / 1e8, rel=1e-3)
 
 
 def test_chunked_values_cost_their_parts() -> None:
