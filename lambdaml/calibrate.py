@@ -412,16 +412,23 @@ def measure_cleanup(channel: Channel, effort: Effort, keys_per_round: int = 4) -
     return statistics.median(cpu), statistics.median(wall)
 
 
-def _probe_step() -> Callable[[], None]:
-    """A small gradient step (logistic regression, 100 rows of 28 features): the compute a
-    worker does between two collectives in the exchange probes."""
+def _probe_step(floats: int) -> Callable[[], None]:
+    """The compute a worker does between two collectives in the exchange probes: a small
+    gradient step (logistic regression, 100 rows of 28 features) and, for a large value, what
+    a step does to a model of its size (a fresh gradient, the regularizer, the update), so
+    the collective's transfers run on the caches such a step leaves them."""
     rng = np.random.default_rng(0)
     X, y, w = rng.standard_normal((1000, 28)), (rng.random(1000) > 0.5).astype(np.float64), np.zeros(28)
+    params = np.zeros(floats if floats > SMALL_FLOATS else 0)
 
     def step() -> None:
         rows = rng.integers(0, len(y), 100)
         batch = X[rows]
         w[:] -= 1e-3 * (batch.T @ (1.0 / (1.0 + np.exp(-(batch @ w))) - y[rows])) / len(rows)
+        if params.size:
+            grad = np.zeros_like(params)
+            grad[rows] = w[0]
+            params[:] -= 1e-3 * (grad / len(rows) + 1e-4 * params)
 
     return step
 
@@ -448,7 +455,7 @@ def _rounds(
         channel = open_channel(ChannelSpec(**spec_data))
         comm = ChannelCommunicator(channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S)
         value = _value(floats, seed=rank)
-        step = _probe_step()
+        step = _probe_step(floats)
         alone = _median_time(step, 30) if pattern else 0.0
         ends, steps = [], []
         barrier.wait(PROBE_TIMEOUT_S)
@@ -565,6 +572,10 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
+            log.debug(
+                "%s %s W=%d, small values: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
+                spec.kind, pattern, world, measured * 1e3, modelled(0.0) * 1e3, losses[pattern, world] * 1e3,
+            )  # fmt: skip
         large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None).round_s
         small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None).round_s
         extra = large - small
@@ -610,6 +621,10 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
             probe = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=pattern)
             measured = probe.round_s - probe.step_s
             factors.append(1.0 + _solve_increasing(slowed_s, measured, high=_MAX_SLOWDOWN - 1.0))
+            log.debug(
+                "%s %s W=%d, large values: round %.2f ms, modelled %.2f ms: bytes slowdown %.2f",
+                spec.kind, pattern, world, measured * 1e3, unslowed.seconds * 1e3, factors[-1],
+            )  # fmt: skip
         figures.update(_pattern_fields(pattern, bytes_slowdown=statistics.fmean(factors)))
     return figures
 
