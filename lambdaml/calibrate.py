@@ -46,7 +46,7 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.channels import Channel, open_channel
-from lambdaml.config import ChannelSpec, ModelSpec, StorageSpec
+from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.runtime.heap import keep_freed_buffers
 
@@ -79,10 +79,11 @@ class Effort:
     saturation_s: float = 1.0
     large_bytes: int = 2_000_000
     processes: int = 4
+    rounds_s: float = 0.5  # at least this long in the small-value exchange probes (their rounds take ~1 ms)
 
     @classmethod
     def quick(cls) -> Effort:
-        return cls(repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2)
+        return cls(repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2, rounds_s=0.1)
 
 
 def cores() -> int:
@@ -300,8 +301,13 @@ def _probe_data(probe: ComputeProbe) -> tuple[Any, np.ndarray, dict[str, Any]]:
 
 
 def measure_compute(probe: ComputeProbe) -> tuple[str, dict[str, Any]]:
-    """Time one worker step (batch gather, loss and gradient, optimizer update) at two batch sizes."""
+    """Time one worker step at two batch sizes: the algorithm's own step (GA-SGD's, or
+    k-means' for its model) through a one-worker communicator, so the batch gather, the loss
+    and gradient, the vector's packing, finite check and copy around its collective, and the
+    optimizer update are all in it."""
     from analytic_model.profile import aws_profile, compute_key
+    from lambdaml.algorithms import reify
+    from lambdaml.comm.channel import ChannelCommunicator
     from lambdaml.data.shards import Manifest
     from lambdaml.models import MODELS
 
@@ -314,6 +320,10 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, dict[str, Any]]:
     if probe.model == "kmeans":
         params = np.asarray(X[: model.n_params // probe.features], dtype=np.float64).reshape(-1).copy()
     order = np.random.default_rng(0).permutation(probe.rows)
+    alone = ChannelCommunicator(open_channel(ChannelSpec(kind="memory")), "calibrate", 0, 1)
+    algorithm = AlgorithmSpec(name="kmeans" if probe.model == "kmeans" else "ga_sgd", lr=1e-6)
+    state = reify(algorithm, model, alone, params)
+    state.on_start(X, y)
 
     def step_time(batch: int) -> float:
         steps = max(1, probe.rows // batch)
@@ -322,8 +332,7 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, dict[str, Any]]:
         def step() -> None:
             i = next(position) % steps
             rows = order[i * batch : (i + 1) * batch]
-            _loss, grad = model.loss_grad_sum(params, X[rows], y[rows])
-            params[:] -= 1e-6 * (grad / len(rows) + model.regularizer_grad(params))
+            state.step(X[rows], y[rows])
 
         step()  # warm-up (torch's first call allocates)
         repeats = max(5, min(200, int(0.3 / max(_median_time(step, 3), 1e-6))))
@@ -563,14 +572,16 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
         for pattern in PATTERNS:
-            probe = _mean_round(spec, world, SMALL_FLOATS, rounds, pattern=pattern)
-            wakes.append(max(probe.step_s - probe.step_alone_s / min(1.0, cores() / world), 0.0))
-            measured = probe.round_s - probe.step_s
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
                 with_loss = dataclasses.replace(perf, **_pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
+            # Rounds of a millisecond are at the scheduler's mercy: enough of them to last ``rounds_s``.
+            enough = min(_MAX_PROBE_ROUNDS, max(rounds, math.ceil(effort.rounds_s / max(modelled(0.0), 1e-4))))
+            probe = _mean_round(spec, world, SMALL_FLOATS, enough, pattern=pattern)
+            wakes.append(max(probe.step_s - probe.step_alone_s / min(1.0, cores() / world), 0.0))
+            measured = probe.round_s - probe.step_s
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
             log.debug(
                 "%s %s W=%d, small values: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
@@ -630,6 +641,7 @@ def measure_exchange(spec: ChannelSpec, figures: dict[str, Any], effort: Effort,
 
 
 _MAX_SLOWDOWN = 5.0  # bytes slower than this in real rounds would be a broken measurement
+_MAX_PROBE_ROUNDS = 2000
 
 
 def _pattern_fields(pattern: str, **figures: float) -> dict[str, Any]:
