@@ -13,7 +13,6 @@ mapped and unmapped as before).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -31,12 +30,11 @@ def keep_freed_buffers() -> bool:
     global _applied
     if _applied:
         return True
-    path = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(path)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS): nothing to tune
-        log.debug("no mallopt in %s; malloc keeps its own thresholds", path)
+        # The process's own symbols include its C library's: no search (find_library runs ldconfig).
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
+        log.debug("no mallopt in this process; malloc keeps its own thresholds")
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
