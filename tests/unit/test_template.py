@@ -4,12 +4,17 @@ The template is read as YAML with CloudFormation's short tags (!Ref, !GetAtt, !I
 into their long forms. The translation test runs aws-sam-translator from .venv-sam in a
 subprocess (it pins boto3/pydantic versions that must stay out of the main venv) and creates
 the result on moto's CloudFormation, as `lambdaml local up` will. Nothing here calls AWS.
+
+S3 access by prefix is checked with a tiny policy evaluator (``allowed``): Allow and Deny
+statements, Action and Resource wildcards, and the few condition operators the templates use.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +51,42 @@ VPC_ENI_ACTIONS = {
 }
 ARN_HERE = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}"
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+CLUSTER_TEMPLATE = ROOT / "infra" / "ec2" / "cluster.yaml"
+FUNCTION_ROLES = ("CoordinatorRole", "WorkerRole")
+# What the evaluator substitutes for the templates' references (a stack's values, made up).
+DATA_ARN = "arn:aws:s3:::lambdaml-data"
+COMM_ARN = "arn:aws:s3:::lambdaml-comm"
+ACCOUNT = "123456789012"
+NAMES = {
+    "DataBucket.Arn": DATA_ARN,
+    "CommBucket.Arn": COMM_ARN,
+    "CoordinatorRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/lambdaml-CoordinatorRole-1",
+    "WorkerRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/lambdaml-WorkerRole-1",
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": ACCOUNT,
+}
+# Keys of the data bucket's layout (lambdaml/keys.py), versioned datasets included.
+DATASET_KEYS = (
+    "datasets/d/current.json",
+    "datasets/d/v/1/manifest.json",
+    "datasets/d/v/1/shards/00000",
+    "datasets/d/v/1/test",
+    "datasets/d/manifest.json",
+    "datasets/d/shards/00000",
+)
+JOB_KEYS = (
+    "jobs/x/spec.json",
+    "jobs/x/status.json",
+    "jobs/x/cancel",
+    "jobs/x/a0001/heartbeats/p00000.json",
+    "jobs/x/a0001/checkpoints/p00000.s0",
+    "jobs/x/reports/p00000.json",
+    "jobs/x/result.json",
+    "jobs/x/model",
+)
+IAAS_KEYS = ("iaas/x/bootstrap.sh", "iaas/x/lambdaml-0.1.0-py3-none-any.whl")
+WRITES = ("s3:PutObject", "s3:DeleteObject")
 
 
 class CfnLoader(yaml.SafeLoader):
@@ -168,8 +209,10 @@ def test_buckets_lifecycle_and_retention(template: dict[str, Any]) -> None:
 def test_buckets_refuse_plain_http(template: dict[str, Any], bucket: str) -> None:
     policies = resources_of(template, "AWS::S3::BucketPolicy").values()
     (policy,) = [r for r in policies if r["Properties"]["Bucket"] == {"Ref": bucket}]
-    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert statement["Effect"] == "Deny"
+    document = policy["Properties"]["PolicyDocument"]
+    (statement,) = [st for st in document["Statement"] if st.get("Sid") == "DenyInsecureTransport"]
+    assert statement["Effect"] == "Deny" and statement["Principal"] == "*" and statement["Action"] == "s3:*"
+    assert statement["Resource"] == [getatt_arn(bucket), {"Fn::Sub": f"${{{bucket}.Arn}}/*"}]
     assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
@@ -321,7 +364,8 @@ def test_storage_statements_name_the_stack_resources(template: dict[str, Any]) -
         "s3": [
             getatt_arn("DataBucket"),
             getatt_arn("CommBucket"),
-            {"Fn::Sub": "${DataBucket.Arn}/*"},
+            {"Fn::Sub": "${DataBucket.Arn}/datasets/*"},
+            {"Fn::Sub": "${DataBucket.Arn}/jobs/*"},
             {"Fn::Sub": "${CommBucket.Arn}/*"},
         ],
         "dynamodb": [getatt_arn("JobsTable"), getatt_arn("ChannelTable")],
@@ -335,6 +379,266 @@ def test_storage_statements_name_the_stack_resources(template: dict[str, Any]) -
         for service in services & allowed.keys():
             for resource in plain_values(statement["Resource"]):
                 assert resource in allowed[service], (name, service, resource)
+
+
+# ------------------------------------------------------------------------- S3 by prefix
+
+
+def resolve(value: Any, names: dict[str, str]) -> str:
+    """A Resource or condition value as the ARN or string it stands for: Fn::Sub, Fn::GetAtt and Ref
+    through ``names``; a reference missing from ``names`` fails the test rather than match nothing."""
+
+    def named(name: str) -> str:
+        assert name in names, f"the evaluator does not know ${{{name}}}"
+        return names[name]
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        return re.sub(r"\$\{([^}!]+)\}", lambda m: named(m.group(1)), value["Fn::Sub"])
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        return named(".".join(value["Fn::GetAtt"]))
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return named(value["Ref"])
+    raise AssertionError(f"the evaluator cannot resolve {value!r}")
+
+
+def role_statements(template: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """Every statement of a role: its inline policies, and the policies attached to it by Roles."""
+    found: list[dict[str, Any]] = []
+    for name, _, document in policy_documents(template):
+        res = template["Resources"][name]
+        roles = (res.get("Properties") or {}).get("Roles", [])
+        if name == role or (res["Type"] == "AWS::IAM::Policy" and {"Ref": role} in roles):
+            found += as_list(document["Statement"])
+    assert found, role
+    return found
+
+
+def s3_statements(template: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """The role's statements that name an S3 action (or a wildcard that could cover one)."""
+    return [
+        st
+        for st in role_statements(template, role)
+        if any(a == "*" or a.lower().startswith("s3:") for a in plain_values(st.get("Action", [])))
+    ]
+
+
+def _grants(patterns: Any, action: str) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), str(p).lower()) for p in plain_values(patterns))
+
+
+def _condition_holds(condition: dict[str, Any], context: dict[str, str], names: dict[str, str]) -> bool:
+    for operator, tests in condition.items():
+        for key, expected in tests.items():
+            values = [resolve(v, names) for v in plain_values(expected)]
+            actual = context.get(key)
+            if actual is None:  # a key the request does not carry: the condition is false (no ...IfExists here)
+                return False
+            if operator in ("StringEquals", "ArnEquals"):
+                holds = actual in values
+            elif operator in ("StringLike", "ArnLike"):
+                holds = any(fnmatch.fnmatchcase(actual, v) for v in values)
+            elif operator == "Bool":
+                holds = actual.lower() in [v.lower() for v in values]
+            else:
+                raise AssertionError(f"the evaluator does not know the condition operator {operator}")
+            if not holds:
+                return False
+    return True
+
+
+def _applies(
+    statement: dict[str, Any], action: str, resource: str, context: dict[str, str], names: dict[str, str]
+) -> bool:
+    assert "NotAction" not in statement and "NotResource" not in statement, statement
+    if not _grants(statement["Action"], action):
+        return False
+    resources = [resolve(r, names) for r in plain_values(statement["Resource"])]
+    if not any(fnmatch.fnmatchcase(resource, r) for r in resources):
+        return False
+    return _condition_holds(statement.get("Condition", {}), context, names)
+
+
+def allowed(
+    statements_: list[dict[str, Any]],
+    action: str,
+    key: str | None = None,
+    *,
+    bucket: str = DATA_ARN,
+    prefix: str | None = None,
+    context: dict[str, str] | None = None,
+    names: dict[str, str] = NAMES,
+) -> bool:
+    """Whether the statements allow ``action`` on the object ``key`` of ``bucket`` (on the bucket
+    itself when ``key`` is None; ``prefix`` is a listing's s3:prefix): some Allow applies and no Deny."""
+    resource = bucket if key is None else f"{bucket}/{key}"
+    request = dict(context or {})
+    if prefix is not None:
+        request["s3:prefix"] = prefix
+    applying = [st for st in statements_ if _applies(st, action, resource, request, names)]
+    return any(st["Effect"] == "Allow" for st in applying) and not any(st["Effect"] == "Deny" for st in applying)
+
+
+def bucket_policy_statements(template: dict[str, Any], bucket: str) -> list[dict[str, Any]]:
+    (policy,) = [
+        r
+        for r in resources_of(template, "AWS::S3::BucketPolicy").values()
+        if r["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    found = as_list(policy["Properties"]["PolicyDocument"]["Statement"])
+    for statement in found:  # every statement names everyone; conditions pick who
+        assert statement["Principal"] == "*", statement
+    return found
+
+
+def test_the_evaluator_catches_a_bucket_wide_grant() -> None:
+    """Today's mistake, in one statement: Put/Delete on the whole data bucket."""
+    broad = [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:Put*", "s3:DeleteObject"],
+            "Resource": [{"Fn::Sub": "${DataBucket.Arn}/*"}],
+        }
+    ]
+    assert allowed(broad, "s3:PutObject", "datasets/d/v/1/shards/00000")
+    assert allowed(broad, "s3:DeleteObject", "datasets/d/current.json")
+    assert not allowed(broad, "s3:PutObject", "x", bucket=COMM_ARN)
+    assert not allowed(broad, "s3:ListBucket", prefix="jobs/")
+    deny = {"Effect": "Deny", "Action": "s3:*", "Resource": {"Fn::Sub": "${DataBucket.Arn}/datasets/*"}}
+    assert not allowed([*broad, deny], "s3:PutObject", "datasets/d/current.json")
+    assert allowed([*broad, deny], "s3:PutObject", "jobs/x/status.json")
+    listing = {
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": getatt_arn("DataBucket"),
+        "Condition": {"StringLike": {"s3:prefix": ["jobs/*"]}},
+    }
+    assert allowed([listing], "s3:ListBucket", prefix="jobs/x/")
+    assert not allowed([listing], "s3:ListBucket", prefix="datasets/")
+    assert not allowed([listing], "s3:ListBucket")  # no prefix at all: the whole bucket
+
+
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
+def test_functions_cannot_write_or_delete_datasets(template: dict[str, Any], role: str) -> None:
+    """No Allow of a write (s3:PutObject, s3:DeleteObject, or a wildcard covering one) on a
+    resource that matches a dataset key or the whole data bucket."""
+    for statement in s3_statements(template, role):
+        if statement["Effect"] != "Allow":
+            continue
+        if not any(_grants(statement["Action"], action) for action in WRITES):
+            continue
+        for resource in (resolve(r, NAMES) for r in plain_values(statement["Resource"])):
+            assert resource != f"{DATA_ARN}/*", (role, statement)
+            for key in (*DATASET_KEYS, *IAAS_KEYS):
+                assert not fnmatch.fnmatchcase(f"{DATA_ARN}/{key}", resource), (role, key, statement)
+
+
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
+def test_functions_read_datasets_and_own_the_job_records(template: dict[str, Any], role: str) -> None:
+    granted = s3_statements(template, role)
+    for key in DATASET_KEYS:
+        assert allowed(granted, "s3:GetObject", key), (role, key)
+        for action in WRITES:
+            assert not allowed(granted, action, key), (role, action, key)
+    for key in JOB_KEYS:
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert allowed(granted, action, key), (role, action, key)
+    for key in IAAS_KEYS:  # the EC2 baseline's files: no function touches them
+        for action in ("s3:GetObject", *WRITES):
+            assert not allowed(granted, action, key), (role, action, key)
+    for key in ("manifest.json", "other/x", "jobsx/status.json"):  # nothing outside the two prefixes
+        for action in ("s3:GetObject", *WRITES):
+            assert not allowed(granted, action, key), (role, action, key)
+    # The policy evaluator's verdicts the task names.
+    assert allowed(granted, "s3:PutObject", "jobs/x/status.json")
+    assert not allowed(granted, "s3:PutObject", "datasets/d/v/1/shards/00000")
+    assert not allowed(granted, "s3:DeleteObject", "datasets/d/current.json")
+
+
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
+def test_data_bucket_listing_only_by_prefix(template: dict[str, Any], role: str) -> None:
+    """ListBucket on the data bucket only with an s3:prefix condition (jobs/*, datasets/*).
+
+    No function lists the data bucket; the grant makes S3 answer a read of a missing key
+    (the cancel marker, a report not yet written) with 404 rather than 403.
+    """
+    granted = s3_statements(template, role)
+    for statement in granted:
+        if statement["Effect"] != "Allow" or not _grants(statement["Action"], "s3:ListBucket"):
+            continue
+        if DATA_ARN not in [resolve(r, NAMES) for r in plain_values(statement["Resource"])]:
+            continue
+        assert plain_values(statement["Resource"]) == [getatt_arn("DataBucket")], statement
+        (operator,) = statement["Condition"]
+        assert operator in ("StringLike", "StringEquals"), statement
+        assert set(statement["Condition"][operator]) == {"s3:prefix"}, statement
+        assert set(plain_values(statement["Condition"][operator]["s3:prefix"])) <= {"jobs/*", "datasets/*"}
+    for prefix in ("jobs/", "jobs/x/", "jobs/x/a0001/reports/p00000.json", "datasets/d/current.json"):
+        assert allowed(granted, "s3:ListBucket", prefix=prefix), (role, prefix)
+    for prefix in ("", "iaas/", "iaas/x/", "j", "other/"):
+        assert not allowed(granted, "s3:ListBucket", prefix=prefix), (role, prefix)
+    assert not allowed(granted, "s3:ListBucket")
+
+
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
+def test_functions_keep_the_whole_comm_bucket(template: dict[str, Any], role: str) -> None:
+    """The S3 channel holds only round keys: get, put, delete anywhere, and list it whole."""
+    granted = s3_statements(template, role)
+    for key in ("comm/x/a0001/r000000001/grad/p00000", "anything"):
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert allowed(granted, action, key, bucket=COMM_ARN), (role, action, key)
+    assert allowed(granted, "s3:ListBucket", bucket=COMM_ARN)  # HeadBucket sends no prefix
+    assert allowed(granted, "s3:ListBucket", bucket=COMM_ARN, prefix="comm/x/")
+
+
+def test_data_bucket_policy_denies_function_writes_to_datasets(template: dict[str, Any]) -> None:
+    """Defence in depth: even a role given s3:* on the whole bucket could not write a dataset or an
+    EC2 cluster's files, if it is one of the two function roles; the user's own role still can."""
+    denies = [st for st in bucket_policy_statements(template, "DataBucket") if st["Effect"] == "Deny"]
+    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": [getatt_arn("DataBucket"), f"{DATA_ARN}/*"]}
+    tls = {"aws:SecureTransport": "true"}
+    for role in FUNCTION_ROLES:
+        who = {**tls, "aws:PrincipalArn": NAMES[f"{role}.Arn"]}
+        for key in (*DATASET_KEYS, *IAAS_KEYS):
+            for action in (*WRITES, "s3:PutObjectTagging", "s3:DeleteObjectVersion"):
+                assert not allowed([everything, *denies], action, key, context=who), (role, action, key)
+            assert allowed([everything, *denies], "s3:GetObject", key, context=who), (role, key)
+        for key in JOB_KEYS:
+            for action in WRITES:
+                assert allowed([everything, *denies], action, key, context=who), (role, action, key)
+    user = {**tls, "aws:PrincipalArn": f"arn:aws:iam::{ACCOUNT}:role/Admin"}
+    for key in (*DATASET_KEYS, *IAAS_KEYS, *JOB_KEYS):
+        for action in WRITES:
+            assert allowed([everything, *denies], action, key, context=user), (action, key)
+    # ...and nothing at all without TLS, for anyone.
+    for key in ("jobs/x/status.json", "datasets/d/current.json"):
+        plain = {"aws:SecureTransport": "false", "aws:PrincipalArn": user["aws:PrincipalArn"]}
+        assert not allowed([everything, *denies], "s3:GetObject", key, context=plain)
+
+
+def test_ec2_instance_role_least_privilege() -> None:
+    """infra/ec2/cluster.yaml: an instance reads datasets/* and its job's iaas/<job>/* files,
+    reads and writes only jobs/<job>/*, deletes nothing, and lists only those prefixes."""
+    cluster = yaml.load(CLUSTER_TEMPLATE.read_text(), Loader=CfnLoader)  # CfnLoader is a SafeLoader
+    names = {"AWS::Partition": "aws", "DataBucket": "lambdaml-data", "JobId": "x"}
+    granted = s3_statements(cluster, "InstanceRole")
+    for key in (*DATASET_KEYS, *IAAS_KEYS):
+        assert allowed(granted, "s3:GetObject", key, names=names), key
+        for action in WRITES:
+            assert not allowed(granted, action, key, names=names), (action, key)
+    for key in JOB_KEYS:
+        assert allowed(granted, "s3:GetObject", key, names=names), key
+        assert allowed(granted, "s3:PutObject", key, names=names), key
+        assert not allowed(granted, "s3:DeleteObject", key, names=names), key
+    for key in ("jobs/other/spec.json", "iaas/other/bootstrap.sh"):  # another job's files
+        for action in ("s3:GetObject", *WRITES):
+            assert not allowed(granted, action, key, names=names), (action, key)
+    for prefix in ("jobs/x/", "jobs/x/reports/p00001.json", "datasets/d/v/1/manifest.json"):
+        assert allowed(granted, "s3:ListBucket", prefix=prefix, names=names), prefix
+    for prefix in ("", "jobs/", "jobs/other/", "iaas/"):
+        assert not allowed(granted, "s3:ListBucket", prefix=prefix, names=names), prefix
+    assert not allowed(granted, "s3:ListBucket", names=names)
 
 
 # ------------------------------------------------------------------------- functions
@@ -485,7 +789,7 @@ def translate(*parameters: str) -> dict[str, Any]:
     return result
 
 
-def test_translates_to_plain_cloudformation() -> None:
+def test_translates_to_plain_cloudformation(template: dict[str, Any]) -> None:
     cfn = translate()
     assert "Transform" not in cfn
     types = {name: res["Type"] for name, res in cfn["Resources"].items()}
@@ -509,6 +813,10 @@ def test_translates_to_plain_cloudformation() -> None:
     assert worker["Environment"]["Variables"]["LAMBDAML_CHANNEL_TABLE"] == {"Ref": "ChannelTable"}
     assert not [n for n, t in types.items() if t == "AWS::IAM::Role" and n not in ("CoordinatorRole", "WorkerRole")]
     assert set(OUTPUTS) <= cfn["Outputs"].keys()
+    # The roles and the data bucket's policy come through the transform as written (and as tested above).
+    for role in FUNCTION_ROLES:
+        assert s3_statements(cfn, role) == s3_statements(template, role), role
+    assert bucket_policy_statements(cfn, "DataBucket") == bucket_policy_statements(template, "DataBucket")
 
 
 def test_translates_with_a_cache_and_the_torch_worker() -> None:
