@@ -29,7 +29,7 @@ LIBSVM_TEXT = (
     "-1 2:1.5   # trailing comment\n"
     "0\n"  # no features
     "1 4:1e-3 1:7\n"  # unsorted
-    "1 2:1 2:9 5:0.25\n"  # a repeated feature: the last value wins
+    "1 5:0.25 2:9\n"  # unsorted again (a repeated feature is an error: tests/unit/test_bounded_inputs.py)
 )
 
 
@@ -345,7 +345,7 @@ def test_cli_prepares_sparse_libsvm_and_synthetic_rcv1(tmp_path: Path, store: Me
     )
     rcv1 = shards.read_manifest(store, "r")
     assert (rcv1.format, rcv1.n_features, rcv1.train_rows + rcv1.test_rows) == ("csr", 900, 300)
-    assert store.get(keys.dataset_shard("r", 2))
+    assert store.get(keys.dataset_shard("r", rcv1.dataset_version, 2))
 
 
 def test_cli_prepares_npz_and_builtin(tmp_path: Path, store: MemoryChannel) -> None:
