@@ -33,8 +33,9 @@ class ADMM(AlgorithmState):
         z = summed / world
         if self.spec.l1 > 0:
             threshold = self.spec.l1 / (self.spec.rho * world)
-            weights = z[:-1]
-            z[:-1] = np.sign(weights) * np.maximum(np.abs(weights) - threshold, 0.0)
+            weights = np.ones(z.size, dtype=bool)
+            weights[self.model.biases()] = False  # biases are not shrunk (a multiclass model has one per class)
+            z[weights] = np.sign(z[weights]) * np.maximum(np.abs(z[weights]) - threshold, 0.0)
         self.z = z
         self.u += self.params - self.z
         return loss

@@ -347,5 +347,8 @@ def require_dense(X: Features, who: str) -> np.ndarray:
     Densifying silently could need gigabytes (RCV1: 47,236 columns), so it is a user error.
     """
     if isinstance(X, CSRMatrix):
-        raise ConfigError(f"{who} needs dense features, but the dataset is sparse (csr); use the lr or svm model")
+        raise ConfigError(
+            f"{who} needs dense features, but the dataset is sparse (csr); "
+            "use a linear model (lr, svm, softmax or multiclass_svm)"
+        )
     return X

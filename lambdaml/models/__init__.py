@@ -1,4 +1,4 @@
-"""Models: numpy linear models here; torch models are imported only when chosen."""
+"""Models: numpy linear models (binary and multiclass) here; torch models are imported only when chosen."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from lambdaml.registry import Registry
 MODELS: Registry[type[Model]] = Registry("model")
 MODELS.register("lr", "lambdaml.models.linear:LogisticRegression")
 MODELS.register("svm", "lambdaml.models.linear:LinearSVM")
+MODELS.register("softmax", "lambdaml.models.multiclass:SoftmaxRegression")
+MODELS.register("multiclass_svm", "lambdaml.models.multiclass:MulticlassSVM")
 MODELS.register("kmeans", "lambdaml.models.kmeans:KMeansModel")
 # Torch models: imported only when a job names them.
 _TORCH_HINT = "install the torch extra: pip install 'lambdaml[torch]'"

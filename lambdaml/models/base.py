@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from lambdaml.data.sparse import Features
+from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -27,6 +28,9 @@ class Model(ABC):
     #: True once a communicator sums gradients inside backward (DDP): ``loss_grad_sum``'s
     #: gradient is then the sum over every worker's batch, and must run on empty batches too.
     gradients_summed_across_workers: bool = False
+    #: Whether the model tells apart only two classes (LR, SVM): ``build`` then refuses a
+    #: dataset of more, which it would otherwise train as "class 0 against the rest".
+    binary: ClassVar[bool] = False
 
     def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
         self.n_features = n_features
@@ -35,7 +39,21 @@ class Model(ABC):
     @classmethod
     def build(cls, spec: ModelSpec, manifest: Manifest) -> Model:
         """The model a job's spec names, shaped for the dataset the manifest describes."""
+        cls.check_dataset(spec.name, manifest)
         return cls(manifest.n_features, l2=spec.l2)
+
+    @classmethod
+    def check_dataset(cls, name: str, manifest: Manifest) -> None:
+        """Refuse, with one ``ConfigError`` line, a dataset model ``name`` cannot learn.
+
+        A binary model on more than two classes is refused. The driver calls this before
+        any worker starts; ``build`` calls it again, for whoever builds a model directly.
+        """
+        if cls.binary and manifest.n_classes > 2:
+            raise ConfigError(
+                f"model {name!r} is binary, but dataset {manifest.name!r} has {manifest.n_classes} classes; "
+                "use model: softmax (or multiclass_svm)"
+            )
 
     @property
     @abstractmethod
@@ -51,6 +69,10 @@ class Model(ABC):
     @abstractmethod
     def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
         """Gradient of the regularizer, added once to the averaged data gradient."""
+
+    def biases(self) -> slice:
+        """The parameters regularizers leave alone (l2 here, ADMM's l1): the trailing bias by default."""
+        return slice(self.n_params - 1, self.n_params)
 
     @abstractmethod
     def predict(self, params: np.ndarray, X: Features) -> np.ndarray: ...

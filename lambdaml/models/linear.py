@@ -18,8 +18,11 @@ from lambdaml.models.base import Model
 class LinearModel(Model):
     """A binary linear classifier; parameters are the weights followed by the bias.
 
-    Labels above 0 are the positive class, so both {0, 1} and {-1, +1} files work.
+    Labels above 0 are the positive class, so both {0, 1} and {-1, +1} files work. More
+    than two classes are refused at ``build`` (see ``lambdaml.models.multiclass``).
     """
+
+    binary = True
 
     @property
     def n_params(self) -> int:
@@ -49,7 +52,7 @@ class LinearModel(Model):
 
     def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
         grad = self.l2 * params
-        grad[-1] = 0.0  # the bias is not regularized
+        grad[self.biases()] = 0.0  # the bias is not regularized
         return grad
 
     def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
