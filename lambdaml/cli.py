@@ -17,12 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from lambdaml.errors import ConfigError, LambdaMLError
 
 log = logging.getLogger(__name__)
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+# Markup and emoji codes off: messages carry job-file keys, paths, bucket names and servers' errors
+# ("[/x]" would crash rich's markup parser, "[blink]" vanish, ":x:" turn into an emoji). The few
+# intended styles are Text objects; a Table's str cells follow the console's markup setting.
+console = Console(highlight=False, markup=False, emoji=False)
+errors = Console(stderr=True, highlight=False, markup=False, emoji=False)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -46,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", default="local", help="where workers run: local (FaaS-like processes), iaas-local (torchrun)"
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
-    train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM)")
+    train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM); used once")
+    train.add_argument(
+        "--resume", default=None, metavar="JOB_ID", help="continue an interrupted job from its checkpoints"
+    )
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
 
@@ -98,10 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
     prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
     prepare.add_argument("--n-features", type=int, default=None, help="LIBSVM width / synthetic rcv1 columns")
+    prepare.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        default=None,
+        help="refuse an --input dataset needing more memory than this (8G, 500M, 1e9; default: half the RAM)",
+    )
     prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
     prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
     prepare.add_argument("--test-fraction", type=float, default=0.2)
     prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument(
+        "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
+    )
     _storage_args(prepare)
 
     _advisor_parsers(commands)
@@ -126,14 +142,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = handlers[args.command]
         return handler(args)
     except LambdaMLError as exc:
-        errors.print(f"error: {exc}", soft_wrap=True)
+        errors.print(f"error: {one_line(str(exc))}", soft_wrap=True)
         return EXIT_ERROR
     except MemoryError as exc:  # e.g. --rows far beyond this machine; numpy says how much it wanted
-        errors.print(f"error: not enough memory{': ' + str(exc) if str(exc) else ''}", soft_wrap=True)
+        errors.print(f"error: not enough memory{': ' + one_line(str(exc)) if str(exc) else ''}", soft_wrap=True)
         return EXIT_ERROR
     except KeyboardInterrupt:
         errors.print("interrupted")
         return 130
+
+
+def one_line(message: str) -> str:
+    """A message as the one line a user error gets: some (botocore's, for one) span several."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
 # --- train ------------------------------------------------------------------------
@@ -142,21 +163,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from lambdaml.config import load_job, parse_job, read_job_file
 
+    if args.resume and args.job_id and args.resume != args.job_id:
+        raise ConfigError("--resume names the job to continue; it takes no other --job-id")
+    job_id, resume = (args.resume, True) if args.resume else (args.job_id, False)
     if args.stack:
         job_file = read_job_file(args.job)
         if args.workers is not None and isinstance(job_file, dict):
             job_file["workers"] = args.workers
-        result = train_on_stack(job_file, args.stack, job_id=args.job_id, results_dir=args.results_dir)
+        result = train_on_stack(job_file, args.stack, job_id=job_id, resume=resume, results_dir=args.results_dir)
     else:
         job = load_job(args.job)
         if args.workers is not None:
             job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
-        result = train_with_progress(job, backend=args.backend, job_id=args.job_id, results_dir=args.results_dir)
+        from lambdaml.runtime.job import new_job_id
+
+        job_id = job_id or new_job_id(job.name)
+        try:
+            result = train_with_progress(
+                job, backend=args.backend, job_id=job_id, resume=resume, results_dir=args.results_dir
+            )
+        except KeyboardInterrupt:
+            errors.print(
+                f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
+            )
+            return 130
     print_result(result)
     return 0
 
 
-def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, results_dir: str | None) -> dict[str, Any]:
+def train_on_stack(
+    job_file: Any, stack_name: str, *, job_id: str | None, resume: bool = False, results_dir: str | None
+) -> dict[str, Any]:
     """Start the job through the stack's coordinator and follow the workers' heartbeats."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -165,9 +202,16 @@ def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, result
 
     stack = remote.resolve_stack(stack_name)
     job = remote.bind(job_file, stack)
-    job_id = remote.start(job, stack, job_id=job_id)
-    console.print(f"job {job_id} started on stack {stack_name}: {job.workers} Lambda workers over {job.channel.kind}")
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
+    job_id, attempt = remote.start(job, stack, job_id=job_id, resume=resume)
+    how = f"resumed (attempt {attempt})" if resume else "started"
+    console.print(f"job {job_id} {how} on stack {stack_name}: {job.workers} Lambda workers over {job.channel.kind}")
+    # A TextColumn renders markup whatever the console says; the detail is the server's status.
+    columns = (
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.fields[detail]}", markup=False),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("epochs", total=job.algorithm.epochs, detail="starting")
 
@@ -177,7 +221,7 @@ def train_on_stack(job_file: Any, stack_name: str, *, job_id: str | None, result
             detail = f"loss {lead['loss']:.5f}" if lead else status.get("state", "")
             progress.update(task, completed=done, detail=detail)
 
-        result = remote.watch(job, job_id, stack, on_progress=on_progress)
+        result = remote.watch(job, job_id, attempt, stack, on_progress=on_progress)
     return save_result(result, results_dir)
 
 
@@ -207,7 +251,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     status = remote.status_of(store, args.job_id)
     job = remote.job_of(store, args.job_id)
     console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
-    beats = store.get_many([keys.worker_heartbeat(args.job_id, r) for r in range(job.workers)])
+    attempt = int(status.get("attempt", 1))
+    beats = store.get_many([keys.worker_heartbeat(args.job_id, attempt, r) for r in range(job.workers)])
     for key in sorted(beats):
         beat = json.loads(beats[key])
         console.print(
@@ -230,9 +275,14 @@ def train_with_progress(job: Any, **kwargs: Any) -> dict[str, Any]:
     from lambdaml.runtime.job import run_job
 
     epochs = job.algorithm.epochs
+    resumed = "resuming" if kwargs.get("resume") else "job"
     console.print(
-        f"training [bold]{job.model.name}[/] with {job.algorithm.name} on {job.workers} workers "
-        f"over {job.channel.kind} ({job.sync.protocol}, {job.sync.pattern})"
+        Text.assemble(
+            f"{resumed} {kwargs['job_id']}: training " if kwargs.get("job_id") else "training ",
+            (job.model.name, "bold"),
+            f" with {job.algorithm.name} on {job.workers} workers "
+            f"over {job.channel.kind} ({job.sync.protocol}, {job.sync.pattern})",
+        )
     )
 
     def on_event(event: JobEvent) -> None:
@@ -240,6 +290,14 @@ def train_with_progress(job: Any, **kwargs: Any) -> dict[str, Any]:
             console.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
 
     return run_job(job, on_event=on_event, **kwargs)
+
+
+def _accuracy_of(result: dict[str, Any]) -> str:
+    """What an accuracy is of: the class count, and what always answering the most common class scores."""
+    classes, majority = result.get("classes"), result.get("majority_accuracy")
+    if not classes:
+        return ""
+    return f" over {classes} classes" + (f" (most common class alone: {majority:.4f})" if majority is not None else "")
 
 
 def print_result(result: dict[str, Any]) -> None:
@@ -258,7 +316,9 @@ def print_result(result: dict[str, Any]) -> None:
         )
     console.print(table)
     if result.get("test_accuracy") is not None:
-        console.print(f"test accuracy {result['test_accuracy']:.4f}  test loss {result['test_loss']:.5f}")
+        console.print(
+            f"test accuracy {result['test_accuracy']:.4f}{_accuracy_of(result)}  test loss {result['test_loss']:.5f}"
+        )
     console.print(f"job {result['job_id']} finished in {result['wall_time_s']:.1f}s; model at {result['model_uri']}")
     cost = result.get("cost")
     if cost and "ec2" in cost:
@@ -289,8 +349,9 @@ def cmd_iaas(args: argparse.Namespace) -> int:
         gone = cluster.terminate(args.name)
         console.print(f"cluster {gone.name} terminated ({gone.workers} x {gone.instance_type}, job {gone.job_id})")
         return 0
-    from lambdaml.config import load_job, parse_job
+    from lambdaml.config import check_endpoint_url, load_job, parse_job
 
+    check_endpoint_url(args.endpoint_url, "--endpoint-url")
     job = load_job(args.job)
     overrides: dict[str, Any] = {}
     if args.workers is not None:
@@ -322,7 +383,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from lambdaml.compare import comparison_table, load_results, plot_comparison
 
     results = load_results(args.results)
-    wide = Console(highlight=False, width=max(console.width, 150))  # never squeeze a run's name or figures
+    # Never squeeze a run's name or figures; run labels come from result files: no markup.
+    wide = Console(highlight=False, markup=False, emoji=False, width=max(console.width, 150))
     wide.print(comparison_table(results))
     plot_comparison(results, args.plot)
     console.print(f"plot: {args.plot}")
@@ -413,8 +475,10 @@ def profile_path(name: str) -> Path:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from analytic_model.profile import save_profile
     from lambdaml import calibrate as cal
+    from lambdaml.config import check_endpoint_url
     from lambdaml.models import MODELS
 
+    check_endpoint_url(args.endpoint_url, "--endpoint-url")
     kinds = _names(args.channels, "channels")
     unknown = [k for k in kinds if k not in cal.KINDS]
     if unknown:
@@ -567,9 +631,12 @@ def _print_advice(advice: Any, *, every: bool) -> None:
 
     w = advice.workload
     console.print(
-        f"[bold]{w.model}[/] with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
-        f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
-        f"profile {advice.target}",
+        Text.assemble(
+            (w.model, "bold"),
+            f" with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
+            f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
+            f"profile {advice.target}",
+        ),
         soft_wrap=True,
     )
     front = {id(p) for p in advice.pareto}
@@ -605,12 +672,25 @@ def _print_advice(advice: Any, *, every: bool) -> None:
 # --- data -------------------------------------------------------------------------
 
 
+def _memory_limit(text: str | None) -> int | None:
+    """``--memory-limit``: parse_bytes' ``8GB``, ``1.5GiB``, ``1e9``, and the short ``8G``, ``500M`` (decimal)."""
+    if text is None:
+        return None
+    from analytic_model.advisor import parse_bytes
+
+    short = text.strip()[-1:].lower() in ("k", "m", "g", "t")
+    try:
+        return int(parse_bytes(text + "B" if short else text, "--memory-limit"))
+    except ConfigError:
+        raise ConfigError(f"--memory-limit: {text!r} is not a positive size (e.g. 8G, 500M, 1.5GiB, 1e9)") from None
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     """Load or generate a dataset, cut it into shards and upload them with a manifest."""
     import numpy as np
     from pydantic import ValidationError
 
-    from lambdaml.config import StorageSpec
+    from lambdaml.config import StorageSpec, check_endpoint_url
     from lambdaml.data import formats, shards, synthetic
     from lambdaml.data.builtin import load_builtin
     from lambdaml.data.sparse import Features
@@ -620,6 +700,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     builtin = getattr(args, "builtin", None)
     sparse = bool(getattr(args, "sparse", False))
     n_features = getattr(args, "n_features", None)
+    memory_limit = _memory_limit(getattr(args, "memory_limit", None))
     inputs = [args.input] if isinstance(args.input, str) else list(args.input or [])
     from lambdaml import keys
 
@@ -629,7 +710,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         raise ConfigError("--shards must be at least 1")
     if not 0 <= args.test_fraction < 1:  # NaN fails this too
         raise ConfigError(f"--test-fraction must be in [0, 1), not {args.test_fraction}")
-    bucket, endpoint_url, region = args.bucket, args.endpoint_url, args.region
+    bucket, endpoint_url, region = args.bucket, check_endpoint_url(args.endpoint_url, "--endpoint-url"), args.region
     if getattr(args, "stack", None):
         from lambdaml.runtime import remote
 
@@ -639,12 +720,18 @@ def cmd_data(args: argparse.Namespace) -> int:
         storage = StorageSpec(bucket=bucket, endpoint_url=endpoint_url, region=region)
     except ValidationError as exc:
         raise ConfigError(
-            "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors() if e["loc"])
+            "; ".join(
+                (f"--{str(e['loc'][0]).replace('_', '-')}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            )
         ) from None
     if n_features is not None and not 1 <= n_features <= np.iinfo(np.int32).max:
         raise ConfigError(f"--n-features must be between 1 and {np.iinfo(np.int32).max} (CSR column indices are int32)")
     if args.format and not inputs:
         raise ConfigError("--format applies to --input files")
+    if memory_limit is not None and not inputs:
+        raise ConfigError("--memory-limit applies to --input files")
     fmt = args.synthetic or builtin or args.format or {".csv": "csv", ".npz": "npz"}.get(Path(inputs[0]).suffix.lower())
     fmt = fmt or "libsvm"
     if sparse and fmt not in ("libsvm", "rcv1"):
@@ -666,17 +753,18 @@ def cmd_data(args: argparse.Namespace) -> int:
         if len(inputs) > 1 and fmt != "cifar10":
             raise ConfigError(f"--input takes one {fmt} file; only --format cifar10 reads several")
         if fmt == "cifar10":
-            X, y, sample_shape = formats.load_cifar10_batches(inputs)
+            X, y, sample_shape = formats.load_cifar10_batches(inputs, memory_limit=memory_limit)
         elif fmt == "npz":
-            X, y, sample_shape = formats.load_npz(inputs[0])
+            X, y, sample_shape = formats.load_npz(inputs[0], memory_limit=memory_limit)
         elif fmt == "csv":
-            X, y = formats.load_csv(inputs[0], args.label_column)
+            X, y = formats.load_csv(inputs[0], args.label_column, memory_limit=memory_limit)
         else:
-            X, y = formats.load_libsvm(inputs[0], n_features, sparse=sparse)
+            X, y = formats.load_libsvm(inputs[0], n_features, sparse=sparse, memory_limit=memory_limit)
     shards.check_split(len(y), args.shards, args.test_fraction)
     store = open_storage(storage)
     store.ensure()
-    manifest = shards.prepare(
+    overwrite = bool(getattr(args, "overwrite", False))
+    manifest = shards.prepare(  # refuses an existing name unless --overwrite, before any upload
         store,
         args.name,
         X,
@@ -685,11 +773,12 @@ def cmd_data(args: argparse.Namespace) -> int:
         test_fraction=args.test_fraction,
         seed=args.seed,
         sample_shape=sample_shape,
+        overwrite=overwrite,
     )
     console.print(
         f"dataset {manifest.name} ({manifest.format}): {manifest.train_rows} training rows in {manifest.shards} "
         f"shards, {manifest.test_rows} test rows, {manifest.n_features} features, {manifest.n_classes} classes "
-        f"-> s3://{storage.bucket}/datasets/{args.name}/"
+        f"-> s3://{storage.bucket}/datasets/{args.name}/ (version {manifest.dataset_version})"
     )
     return 0
 

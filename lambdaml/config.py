@@ -7,10 +7,13 @@ job with an unknown algorithm fails before any worker starts.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +31,74 @@ def _known_name(registry: Registry[Any], name: str) -> str:
     return name
 
 
+_ENDPOINT_HINT = "endpoint must be an http(s) URL like http://127.0.0.1:5000"
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")  # botocore's rule: no "_", no leading "-"
+
+
+def _is_host(host: str, bracketed: bool) -> bool:
+    if bracketed:  # [::1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    return len(host) <= 255 and all(_HOST_LABEL.match(label) for label in host.removesuffix(".").split("."))
+
+
+def _is_endpoint(url: str) -> bool:
+    """Whether ``url`` can be an S3, DynamoDB or Secrets Manager endpoint: http(s)://host[:port][/path].
+
+    botocore takes any string and fails deep inside with a traceback (``file:`` included), so
+    anything else is refused here, in one line.
+    """
+    if not url or any(c.isspace() or not c.isprintable() for c in url):  # urlsplit drops some silently
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises on a port out of range or not a number
+    except ValueError:
+        return False
+    if "@" in parts.netloc or parts.query or parts.fragment:  # user:password@, ?query, #fragment
+        return False
+    host = parts.hostname
+    return parts.scheme in ("http", "https") and bool(host) and _is_host(host or "", parts.netloc.startswith("["))
+
+
+def _has_credentials(url: str) -> bool:
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False
+
+
+#: Credentials in an endpoint URL are refused: boto3 signs with AWS keys and ignores them, and
+#: the job file is stored with the job and copied into results, where a password would leak.
+_CREDENTIALS = "an endpoint URL never carries credentials (AWS keys come from the environment)"
+
+
+def _check_endpoint_url(url: str | None) -> str | None:
+    """The one validator of every spec's ``endpoint_url``; pydantic adds the field's path and the input."""
+    if url is not None and not _is_endpoint(url):
+        raise ValueError(_ENDPOINT_HINT)
+    return url
+
+
+def _refuse_url_credentials(data: Any) -> Any:
+    # Before the fields, on the whole spec: a field's error would echo its input, password and all.
+    if isinstance(data, dict) and isinstance(data.get("endpoint_url"), str) and _has_credentials(data["endpoint_url"]):
+        raise ValueError(f"endpoint_url: {_CREDENTIALS}")
+    return data
+
+
+def check_endpoint_url(url: str | None, option: str) -> str | None:
+    """An ``--endpoint-url`` option, checked before any client is built; ConfigError otherwise."""
+    if url is not None and _has_credentials(url):
+        raise ConfigError(f"{option}: {_CREDENTIALS}")
+    if url is not None and not _is_endpoint(url):
+        raise ConfigError(f"{option}: {_ENDPOINT_HINT} (got {brief(url)})")
+    return url
+
+
 class _Spec(BaseModel):
     # strict: "4" or true is not a worker count; a typed job file says what it means
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -43,6 +114,9 @@ class StorageSpec(_Spec):
     endpoint_url: str | None = None  # None: AWS, or AWS_ENDPOINT_URL_S3 from the environment
     region: str = "us-east-1"
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
+
+    _endpoint = field_validator("endpoint_url")(_check_endpoint_url)
+    _no_credentials = model_validator(mode="before")(_refuse_url_credentials)
 
 
 #: Keys that would hold a secret itself. A job file is stored with the job and copied into
@@ -76,6 +150,8 @@ class AuthSpec(_Spec):
     region: str | None = None  # None: the channel's region
 
     _refuse = model_validator(mode="before")(_refuse_literal_secrets)
+    _endpoint = field_validator("endpoint_url")(_check_endpoint_url)
+    _no_credentials = model_validator(mode="before")(_refuse_url_credentials)
 
     @model_validator(mode="after")
     def _one_source(self) -> AuthSpec:
@@ -99,8 +175,21 @@ class ChannelSpec(_Spec):
     tls_ca_file: str | None = Field(None, min_length=1)  # redis: a private CA's PEM (default: the system's CAs)
     auth: AuthSpec | None = None  # redis AUTH, memcached's text-protocol authentication
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
+    # Every value is bound to its key; "mac" also authenticates it with a per-job key, so a
+    # party that can write the store cannot forge one. "auto": mac where the channel has no
+    # authentication of its own (redis and memcached without auth), bound elsewhere.
+    integrity: Literal["auto", "bound", "mac"] = "auto"
 
     _refuse = model_validator(mode="before")(_refuse_literal_secrets)
+    _endpoint = field_validator("endpoint_url")(_check_endpoint_url)
+    _no_credentials = model_validator(mode="before")(_refuse_url_credentials)
+
+    @property
+    def authenticates_values(self) -> bool:
+        """Whether the job's channel values carry a MAC under a per-job key."""
+        if self.integrity == "auto":
+            return self.kind in ("redis", "memcached") and self.auth is None
+        return self.integrity == "mac"
 
     @model_validator(mode="after")
     def _needs(self) -> ChannelSpec:
@@ -385,3 +474,19 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 core-schema floats, which PyYAML (YAML 1.1) reads as strings when they have no dot
+# or an unsigned exponent: 1e-3, 3E-4, 1e5, 2.5e3, -.5. Only forms with a dot or an exponent
+# are added, so ints stay ints (and "09", a string today, stays one). No underscores: YAML 1.2
+# has none, so "1_0e3" stays a string; PyYAML's own 1.1 resolvers still read 1_000 as the int
+# 1000 and 1_000.5 as a float, as before. .inf and .nan are resolved as before.
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$")
+
+# The resolvers are a class-level dict of lists shared with SafeLoader; add_implicit_resolver copies
+# them for a subclass in PyYAML 6 but appended to SafeLoader's own lists in older releases. Copying
+# here keeps yaml.safe_load (used elsewhere) exactly as PyYAML ships it, whatever the version.
+_StrictLoader.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))

@@ -214,19 +214,30 @@ def test_bad_dataset_name_fails_before_loading_anything(tmp_path: Path, capsys: 
 # --- datasets in S3: lambdaml train on a damaged dataset -------------------------------------
 
 
-def _manifest(store: Channel, name: str) -> dict[str, Any]:
-    return dict(json.loads(store.get(keys.dataset_manifest(name))))
+def _manifest_key(store: Channel, name: str) -> str:
+    return keys.dataset_manifest(name, str(shards.current_version(store, name)))
+
+
+def _shard_key(store: Channel, name: str) -> str:
+    return keys.dataset_shard(name, str(shards.current_version(store, name)), 0)
 
 
 def _set_manifest(store: Channel, name: str, change: Callable[[dict[str, Any]], None]) -> None:
-    manifest = _manifest(store, name)
+    manifest = dict(json.loads(store.get(_manifest_key(store, name))))
     change(manifest)
-    store.put(keys.dataset_manifest(name), json.dumps(manifest).encode())
+    store.put(_manifest_key(store, name), json.dumps(manifest).encode())
 
 
-def _set_shard(store: Channel, name: str, change: Callable[[bytes], bytes]) -> None:
-    key = keys.dataset_shard(name, 0)
-    store.put(key, change(store.get(key)))
+def _set_shard(store: Channel, name: str, change: Callable[[bytes], bytes], *, vouch: bool = True) -> None:
+    """Damage shard 0; ``vouch``: and its manifest's size and hash with it (a forger with the whole
+    dataset's rights), so the decoder is what must refuse it."""
+    key = _shard_key(store, name)
+    damaged = change(store.get(key))
+    store.put(key, damaged)
+    if vouch:
+        _set_manifest(
+            store, name, lambda m: m.update(shard_bytes=[len(damaged)], shard_hashes=[shards.content_hash(damaged)])
+        )
 
 
 def _nan_shard(raw: bytes) -> bytes:
@@ -246,7 +257,7 @@ STORED: list[tuple[str, bool, Callable[[Channel, str], None], tuple[str, ...]]] 
     (
         "s-notjson",
         False,
-        lambda s, n: s.put(keys.dataset_manifest(n), b"{not json"),
+        lambda s, n: s.put(_manifest_key(s, n), b"{not json"),
         ("manifest.json", "not valid JSON"),
     ),
     (
@@ -281,7 +292,13 @@ STORED: list[tuple[str, bool, Callable[[Channel, str], None], tuple[str, ...]]] 
         lambda s, n: _set_manifest(s, n, lambda m: m.update(n_features=5)),
         ("shards/00000", "expected float32", ", 5)"),
     ),
-    ("s-gone", False, lambda s, n: s.delete([keys.dataset_shard(n, 0)]), ("s-gone", "missing", "shards/00000")),
+    ("s-gone", False, lambda s, n: s.delete([_shard_key(s, n)]), ("s-gone", "missing", "shards/00000")),
+    (
+        "s-mixed",
+        False,
+        lambda s, n: _set_shard(s, n, lambda raw: raw[:-8] + bytes(8), vouch=False),
+        ("shards/00000", "not the shard its manifest describes"),
+    ),
     ("s-nan", False, lambda s, n: _set_shard(s, n, _nan_shard), ("shards/00000", "NaN or infinite")),
     ("s-csr", True, lambda s, n: _set_shard(s, n, _csr_out_of_range), ("shards/00000", "column index")),
 ]
@@ -342,3 +359,81 @@ def test_as_a_process_float32_overflow_and_a_hostile_yaml_tag(tmp_path: Path) ->
     result = lambdaml("train", str(job), cwd=tmp_path)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "not valid YAML" in result.stderr and not marker.exists()
+
+
+# Messages hold what the user wrote (keys, bucket names, URLs) and what servers said; rich used to
+# read them as markup: "[/x]" crashed its parser with a traceback, "[blink]HELLO" printed HELLO.
+HOSTILE_JOBS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("closing.yaml", 'dataset: d\n"[/x]": 1\n', ("[/x]", "unknown field")),
+    ("blink.yaml", 'dataset: d\n"[blink]HELLO": 1\n', ("[blink]HELLO", "unknown field")),
+    ("emoji.yaml", 'dataset: d\n":x: [bold]": 1\n', (":x: [bold]",)),
+    ("bucket.yaml", f"dataset: d\nstorage: {{bucket: '../../etc', endpoint_url: '{DEAD_S3}'}}\n", ("../../etc",)),
+    (
+        "storage_file.yaml",
+        "dataset: d\nstorage: {endpoint_url: 'file:///etc/passwd'}\n",
+        (
+            "storage.endpoint_url: endpoint must be an http(s) URL like http://127.0.0.1:5000 (got 'file:///etc/passwd')",
+        ),
+    ),
+    (
+        "channel_file.yaml",
+        "dataset: d\nchannel: {kind: s3, bucket: comm, endpoint_url: 'file:///etc/passwd'}\n",
+        ("channel.endpoint_url: endpoint must be an http(s) URL", "'file:///etc/passwd'"),
+    ),
+    (
+        "auth_file.yaml",
+        "dataset: d\nchannel: {kind: redis, auth: {secret_env: PW, endpoint_url: 'file:///etc/passwd'}}\n",
+        ("channel.auth.endpoint_url: endpoint must be an http(s) URL",),
+    ),
+    (
+        "dynamodb_ftp.yaml",
+        "dataset: d\nchannel: {kind: dynamodb, table: comm, endpoint_url: 'ftp://127.0.0.1'}\n",
+        ("channel.endpoint_url:", "'ftp://127.0.0.1'"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "fragments"), HOSTILE_JOBS, ids=[c[0] for c in HOSTILE_JOBS])
+def test_as_a_process_messages_are_printed_literally(
+    tmp_path: Path, name: str, text: str, fragments: tuple[str, ...]
+) -> None:
+    job = tmp_path / name
+    job.write_text(text)
+    result = lambdaml("train", str(job), "--results-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["data", "prepare", "d", "--synthetic", "higgs", "--rows", "100", "--shards", "1"],
+        ["calibrate", "--channels", "s3", "--quick"],
+        ["iaas", "launch", "JOB", "--name", "c"],
+    ],
+    ids=["data-prepare", "calibrate", "iaas-launch"],
+)
+def test_as_a_process_an_endpoint_option_that_is_not_http_is_one_line(tmp_path: Path, argv: list[str]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("dataset: d\n")
+    argv = [str(job) if a == "JOB" else a for a in argv]
+    result = lambdaml(*argv, "--endpoint-url", "file:///etc/passwd", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == (
+        "error: --endpoint-url: endpoint must be an http(s) URL like http://127.0.0.1:5000 (got 'file:///etc/passwd')\n"
+    )
+
+
+def test_as_a_process_a_bucket_botocore_refuses_is_one_literal_line(tmp_path: Path) -> None:
+    # botocore's message spans lines and quotes a regex holding "[/:]", once a rich closing tag.
+    result = lambdaml(
+        "data", "prepare", "d", "--synthetic", "higgs", "--rows", "100", "--shards", "1",
+        "--bucket", "../../etc", "--endpoint-url", DEAD_S3, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert '"../../etc"' in lines[0] and "[/:]" in lines[0]

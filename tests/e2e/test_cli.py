@@ -85,7 +85,7 @@ def test_unknown_algorithm(tmp_path: Path, small_dataset: StorageSpec, services:
 
 def test_dataset_missing_in_s3(tmp_path: Path, small_dataset: StorageSpec, services: Services) -> None:
     path = job_file(tmp_path, small_dataset, services, dataset="nowhere")
-    assert_one_line_error(lambdaml("train", str(path)), "dataset 'nowhere' not found", "manifest.json")
+    assert_one_line_error(lambdaml("train", str(path)), "dataset 'nowhere' not found", "current.json")
 
 
 @pytest.mark.parametrize("kind", ["redis", "memcached", "s3", "dynamodb"])

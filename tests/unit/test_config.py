@@ -7,9 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lambdaml.config import JobSpec, load_job, parse_job
+from lambdaml.config import (
+    JobSpec,
+    StorageSpec,
+    _StrictLoader,
+    check_endpoint_url,
+    load_job,
+    parse_job,
+    read_job_file,
+)
 from lambdaml.errors import ConfigError
 
 VALID_YAML = """\
@@ -280,3 +291,164 @@ def test_strings_and_booleans_are_not_counts() -> None:
 def test_non_finite_learning_rate_says_so() -> None:
     with pytest.raises(ConfigError, match=r"algorithm\.lr: must be a finite number"):
         parse_job({"dataset": "d", "algorithm": {"lr": float("nan")}})
+
+
+# --- numbers as people write them (YAML 1.2 core-schema floats) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1e-3", 1e-3), ("3E-4", 3e-4), ("1e5", 1e5), ("-2.5e+3", -2.5e3), ("2.5e3", 2.5e3), ("-.5", -0.5)],
+)
+def test_exponent_floats_load_as_floats(tmp_path: Path, text: str, value: float) -> None:
+    data = read_job_file(write(tmp_path, f"dataset: d\nmodel: {{l2: {text}}}\n"))
+    assert data["model"]["l2"] == value and type(data["model"]["l2"]) is float
+    assert yaml.load(f"x: {text}", Loader=_StrictLoader) == {"x": value}
+
+
+@pytest.mark.parametrize(("text", "value"), [("1e-3", 1e-3), ("3E-4", 3e-4), ("1e2", 100.0)])
+def test_a_learning_rate_in_exponent_form_is_a_float(tmp_path: Path, text: str, value: float) -> None:
+    job = load_job(write(tmp_path, f"dataset: d\nalgorithm: {{lr: {text}}}\nmodel: {{l2: 1e5}}\n"))
+    assert job.algorithm.lr == value and isinstance(job.algorithm.lr, float)
+    assert job.model.l2 == 100_000.0 and isinstance(job.model.l2, float)
+
+
+def test_an_exponent_float_is_still_no_count(tmp_path: Path) -> None:
+    # 1e2 is the float 100.0; strict mode keeps an int field an int, as it refused the string before.
+    message = yaml_error(tmp_path, "dataset: d\nalgorithm: {epochs: 1e2}\n")
+    assert "algorithm.epochs: Input should be a valid integer (got 100.0)" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("'1e-3'", "1e-3"),  # quoted: a string, as always
+        ("09", "09"),  # no dot, no exponent: not a new float, a string as before
+        ("1_0e3", "1_0e3"),  # YAML 1.2 has no underscores in numbers
+        ("1e", "1e"),
+        ("e5", "e5"),
+        ("1_000", 1000),  # PyYAML's YAML 1.1 int, as before: kept, so files that load today still do
+        ("10", 10),
+        ("0.5", 0.5),
+    ],
+)
+def test_nothing_else_about_parsing_changes(text: str, value: object) -> None:
+    loaded = yaml.load(f"x: {text}", Loader=_StrictLoader)["x"]
+    assert loaded == value and type(loaded) is type(value)
+
+
+def test_non_finite_floats_keep_their_meaning(tmp_path: Path) -> None:
+    assert "algorithm.lr: must be a finite number" in yaml_error(tmp_path, "dataset: d\nalgorithm: {lr: .inf}\n")
+    assert "algorithm.lr:" in yaml_error(tmp_path, "dataset: d\nalgorithm: {lr: -.inf}\n")
+
+
+def test_the_float_resolver_is_the_job_loaders_own() -> None:
+    assert yaml.safe_load("a: 1e-3") == {"a": "1e-3"}  # PyYAML's SafeLoader is unchanged
+    assert yaml.load("a: 1e-3", Loader=yaml.SafeLoader) == {"a": "1e-3"}
+    assert _StrictLoader.yaml_implicit_resolvers is not yaml.SafeLoader.yaml_implicit_resolvers
+    for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items():
+        assert resolvers is not yaml.SafeLoader.yaml_implicit_resolvers.get(first)
+
+
+def test_json_numbers_are_unaffected(tmp_path: Path) -> None:
+    job = load_job(write(tmp_path, '{"dataset": "d", "algorithm": {"lr": 1e-3, "epochs": 3}}', "job.json"))
+    assert job.algorithm.lr == 1e-3 and job.algorithm.epochs == 3
+    assert "algorithm.epochs:" in config_error(json.loads('{"dataset": "d", "algorithm": {"epochs": 1e2}}'))
+
+
+# --- endpoints: http(s) only, one line ------------------------------------------------
+
+BAD_ENDPOINTS = [
+    "file:///etc/passwd",
+    "ftp://127.0.0.1:21",
+    "127.0.0.1:5000",  # no scheme
+    "http://",  # no host
+    "http:///bucket",
+    "http://127.0.0.1 :5000",  # whitespace
+    " http://127.0.0.1:5000",
+    "http://127.0.0.1:5000\n",
+    "http://127.0.0.1:99999",  # no such port
+    "http://[::1",
+    "http://127.0.0.1:5000/?x=1",
+    "",
+]
+
+
+def _with_endpoint(where: str, url: str) -> dict[str, Any]:
+    if where == "storage":
+        return {"dataset": "d", "storage": {"endpoint_url": url}}
+    if where == "channel":
+        return {"dataset": "d", "channel": {"kind": "s3", "bucket": "comm", "endpoint_url": url}}
+    return {"dataset": "d", "channel": {"kind": "redis", "auth": {"secret_env": "PW", "endpoint_url": url}}}
+
+
+@pytest.mark.parametrize("url", BAD_ENDPOINTS)
+@pytest.mark.parametrize("where", ["storage", "channel", "channel.auth"])
+def test_an_endpoint_that_is_not_http_is_one_line(where: str, url: str) -> None:
+    message = config_error(_with_endpoint(where, url))
+    assert f"{where}.endpoint_url: endpoint must be an http(s) URL like http://127.0.0.1:5000" in message
+    if where != "channel.auth":  # under auth nothing given is echoed
+        assert message.endswith(f"(got {url!r})")
+
+
+def test_the_endpoint_message_in_full() -> None:
+    assert config_error(_with_endpoint("storage", "file:///etc/passwd")) == (
+        "job.yaml: storage.endpoint_url: endpoint must be an http(s) URL like http://127.0.0.1:5000 "
+        "(got 'file:///etc/passwd')"
+    )
+
+
+@pytest.mark.parametrize("where", ["storage", "channel", "channel.auth"])
+def test_credentials_in_an_endpoint_are_refused_without_echoing_them(where: str) -> None:
+    message = config_error(_with_endpoint(where, "http://admin:hunter2@127.0.0.1:5000"))
+    assert f"{where}: endpoint_url: an endpoint URL never carries credentials" in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:5000", "https://s3.us-east-1.amazonaws.com", "http://localhost:4566/", "http://[::1]:5000"],
+)
+def test_good_endpoints_pass_unchanged(url: str) -> None:
+    for where in ("storage", "channel", "channel.auth"):
+        job = parse_job(_with_endpoint(where, url))
+        spec = {"storage": job.storage, "channel": job.channel, "channel.auth": job.channel.auth}[where]
+        assert spec is not None and spec.endpoint_url == url
+
+
+def test_an_endpoint_option_is_checked_to_one_line() -> None:
+    assert check_endpoint_url(None, "--endpoint-url") is None
+    assert check_endpoint_url("http://127.0.0.1:5000", "--endpoint-url") == "http://127.0.0.1:5000"
+    with pytest.raises(ConfigError, match=r"^--endpoint-url: endpoint must be an http\(s\) URL .*'file:///etc/passwd'"):
+        check_endpoint_url("file:///etc/passwd", "--endpoint-url")
+    with pytest.raises(ConfigError, match="never carries credentials") as info:
+        check_endpoint_url("http://a:hunter2@h", "--endpoint-url")
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://moto_server:5000", "http://-x.example", "http://a..b", "http://[zz]:1"])
+def test_a_host_botocore_refuses_is_refused_here(url: str) -> None:
+    assert "storage.endpoint_url: endpoint must be an http(s) URL" in config_error(_with_endpoint("storage", url))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTP", "file", "ftp", ""]),
+    host=st.one_of(
+        st.from_regex(r"\A[a-z0-9][a-z0-9.-]{0,12}\Z"),  # mostly plausible, with "-" and "." in odd places
+        st.sampled_from(["127.0.0.1", "[::1]", "[fe80::1%25eth0]", "localhost", "a_b", "[zz]", "user:pw@h"]),
+        st.text(alphabet="ab1.-_[]:@ %", max_size=12),
+    ),
+    port=st.one_of(st.none(), st.integers(-1, 70000), st.text(alphabet="0a", max_size=3)),
+    path=st.text(alphabet="/a?#@ ", max_size=4),
+)
+def test_every_endpoint_accepted_is_one_botocore_takes(scheme: str, host: str, port: object, path: str) -> None:
+    from lambdaml import aws
+
+    url = f"{scheme}://{host}{'' if port is None else f':{port}'}{path}"
+    try:
+        spec = StorageSpec(endpoint_url=url)
+    except ValidationError:
+        return  # refused in one line
+    assert spec.endpoint_url == url
+    aws.client("s3", endpoint_url=url)  # botocore raises ValueError on an endpoint it cannot use
