@@ -49,6 +49,7 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.runtime.heap import keep_freed_buffers
+from lambdaml.seal import new_secret
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,16 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, dict[str, Any]]:
     if probe.batch_size < 2 or probe.rows < probe.batch_size:
         raise ConfigError(f"calibrating {probe.model}: need a batch size of at least 2 and rows >= batch size")
     X, y, shape = _probe_data(probe)
-    manifest = Manifest(name="calibrate", shard_rows=[probe.rows], test_rows=0, created=0.0, **shape)
+    manifest = Manifest(  # the model's shape; nothing is read from a store
+        name="calibrate",
+        shard_rows=[probe.rows],
+        test_rows=0,
+        created=0.0,
+        dataset_version="calibrate",
+        shard_bytes=[0],
+        shard_hashes=[""],
+        **shape,
+    )
     model = MODELS.get(probe.model).build(ModelSpec(name=probe.model), manifest)
     params = model.init_params(0)
     if probe.model == "kmeans":
@@ -445,6 +455,7 @@ def _probe_step(floats: int) -> Callable[[], None]:
 def _rounds(
     spec_data: dict[str, Any],
     job: str,
+    secret: bytes | None,
     rank: int,
     world: int,
     floats: int,
@@ -462,7 +473,9 @@ def _rounds(
     try:
         keep_freed_buffers()  # as a worker's process does: rounds of large values churn no pages
         channel = open_channel(ChannelSpec(**spec_data))
-        comm = ChannelCommunicator(channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S)
+        comm = ChannelCommunicator(
+            channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S, secret=secret
+        )
         value = _value(floats, seed=rank)
         step = _probe_step(floats)
         alone = _median_time(step, 30) if pattern else 0.0
@@ -501,7 +514,8 @@ def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, patt
     job = f"calibrate-rounds-{secrets.token_hex(3)}"
     barrier = ctx.Barrier(world)
     results = ctx.Queue()
-    args = (spec.model_dump(), job)
+    # The values are sealed as a job's would be: authenticated where the job's channel would be.
+    args = (spec.model_dump(), job, new_secret() if spec.authenticates_values else None)
     procs = [
         ctx.Process(target=_rounds, args=(*args, r, world, floats, rounds, pattern, barrier, results))
         for r in range(world)

@@ -27,25 +27,48 @@ def check_name(name: str, what: str = "name") -> str:
 
 
 # --- datasets (in the data bucket) -------------------------------------------------
+#
+# A dataset is immutable versions under one name; ``current.json`` names the version in use.
+# ``data prepare`` writes a whole new version first and moves the pointer last, so a reader
+# never sees shards of two versions, and an interrupted prepare leaves the old one current.
 
 
 def dataset_prefix(dataset: str) -> str:
     return f"datasets/{check_name(dataset, 'dataset name')}/"
 
 
-def dataset_manifest(dataset: str) -> str:
+def dataset_current(dataset: str) -> str:
+    """The pointer to the dataset's current version."""
+    return dataset_prefix(dataset) + "current.json"
+
+
+def dataset_version_prefix(dataset: str, version: str) -> str:
+    return dataset_prefix(dataset) + f"v/{check_name(version, 'dataset version')}/"
+
+
+def dataset_manifest(dataset: str, version: str) -> str:
+    return dataset_version_prefix(dataset, version) + "manifest.json"
+
+
+def dataset_shard(dataset: str, version: str, index: int) -> str:
+    return dataset_version_prefix(dataset, version) + f"shards/{index:05d}"
+
+
+def dataset_test(dataset: str, version: str) -> str:
+    return dataset_version_prefix(dataset, version) + "test"
+
+
+def legacy_dataset_manifest(dataset: str) -> str:
+    """Where datasets prepared before versions kept their manifest (read only to say so)."""
     return dataset_prefix(dataset) + "manifest.json"
 
 
-def dataset_shard(dataset: str, index: int) -> str:
-    return dataset_prefix(dataset) + f"shards/{index:05d}"
-
-
-def dataset_test(dataset: str) -> str:
-    return dataset_prefix(dataset) + "test"
-
-
 # --- job records and results (in the data bucket) ----------------------------------
+#
+# A job id is claimed once (its spec is written with a conditional put); each start or
+# resume of it is an attempt, claimed the same way. Checkpoints, heartbeats, reports, the
+# cancel marker and every channel key belong to one attempt, so nothing of an earlier run
+# is ever read into a later one except a checkpoint that ``--resume`` names on purpose.
 
 
 def job_prefix(job_id: str) -> str:
@@ -53,6 +76,7 @@ def job_prefix(job_id: str) -> str:
 
 
 def job_spec(job_id: str) -> str:
+    """The job's claim: its spec, written once."""
     return job_prefix(job_id) + "spec.json"
 
 
@@ -65,24 +89,50 @@ def job_model(job_id: str) -> str:
 
 
 def job_status(job_id: str) -> str:
-    """The job's state as the coordinator and the workers record it (running, failed, ...)."""
+    """The job's state as the driver, the coordinator and the workers record it (running, failed, ...)."""
     return job_prefix(job_id) + "status.json"
 
 
-def job_cancel(job_id: str) -> str:
-    return job_prefix(job_id) + "cancel"
+def _attempt(attempt: int) -> str:
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= 9999:
+        raise ConfigError(f"invalid attempt number {brief(attempt)}: 1 to 9999")
+    return f"a{attempt:04d}"
 
 
-def worker_checkpoint(job_id: str, rank: int) -> str:
-    return job_prefix(job_id) + f"checkpoints/p{rank:05d}"
+def job_attempt(job_id: str, attempt: int) -> str:
+    """The claim of one attempt (written once): what it runs on and where it resumes from."""
+    return job_prefix(job_id) + f"attempts/{_attempt(attempt)}.json"
 
 
-def worker_heartbeat(job_id: str, rank: int) -> str:
-    return job_prefix(job_id) + f"heartbeats/p{rank:05d}.json"
+def job_attempts_prefix(job_id: str) -> str:
+    return job_prefix(job_id) + "attempts/"
 
 
-def worker_report(job_id: str, rank: int) -> str:
-    return job_prefix(job_id) + f"reports/p{rank:05d}.json"
+def attempt_prefix(job_id: str, attempt: int) -> str:
+    return job_prefix(job_id) + _attempt(attempt) + "/"
+
+
+def job_cancel(job_id: str, attempt: int) -> str:
+    return attempt_prefix(job_id, attempt) + "cancel"
+
+
+#: Checkpoint slots per rank: the newest two periodic ones (so every rank has the round the
+#: slowest rank reached) and the one written just before a continuation.
+CHECKPOINT_SLOTS = ("s0", "s1", "cont")
+
+
+def worker_checkpoint(job_id: str, attempt: int, rank: int, slot: str) -> str:
+    if slot not in CHECKPOINT_SLOTS:
+        raise ValueError(f"unknown checkpoint slot {slot!r}")
+    return attempt_prefix(job_id, attempt) + f"checkpoints/p{rank:05d}.{slot}"
+
+
+def worker_heartbeat(job_id: str, attempt: int, rank: int) -> str:
+    return attempt_prefix(job_id, attempt) + f"heartbeats/p{rank:05d}.json"
+
+
+def worker_report(job_id: str, attempt: int, rank: int) -> str:
+    return attempt_prefix(job_id, attempt) + f"reports/p{rank:05d}.json"
 
 
 def iaas_prefix(job_id: str) -> str:
@@ -97,35 +147,45 @@ def iaas_file(job_id: str, filename: str) -> str:
 # --- communication (on the channel) ------------------------------------------------
 
 
-def comm_prefix(job_id: str) -> str:
+def comm_job_prefix(job_id: str) -> str:
+    """Every attempt's keys of a job."""
     return f"comm/{check_name(job_id, 'job id')}/"
 
 
-def round_prefix(job_id: str, round_: int) -> str:
-    return comm_prefix(job_id) + f"r{round_:09d}/"
+def comm_prefix(job_id: str, attempt: int = 1) -> str:
+    """One attempt's keys (the runtime always names its attempt; 1 serves tools and tests)."""
+    return comm_job_prefix(job_id) + _attempt(attempt) + "/"
+
+
+def round_prefix(job_id: str, round_: int, attempt: int = 1) -> str:
+    return comm_prefix(job_id, attempt) + f"r{round_:09d}/"
 
 
 @dataclass(frozen=True)
 class CommKey:
-    """A parsed communication key: who wrote which piece of which round."""
+    """A parsed communication key: who wrote which piece of which round of which attempt."""
 
     job_id: str
     round: int
     tag: str
     chunk: int | None  # owner of the piece under ScatterReduce; None for whole vectors
     rank: int | None  # writer; None for the merged value
+    attempt: int = 1
 
 
-def comm_key(job_id: str, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
+def comm_key(
+    job_id: str, round_: int, tag: str, *, rank: int | None, chunk: int | None = None, attempt: int = 1
+) -> str:
     """Key of a worker's contribution (``rank``) or of the merged value (``rank=None``)."""
-    key = round_prefix(job_id, round_) + check_name(tag, "tag") + "/"
+    key = round_prefix(job_id, round_, attempt) + check_name(tag, "tag") + "/"
     if chunk is not None:
         key += f"c{chunk:05d}/"
     return key + ("m" if rank is None else f"p{rank:05d}")
 
 
 _COMM_RE = re.compile(
-    r"^comm/(?P<job>[^/]+)/r(?P<round>\d{9})/(?P<tag>[^/]+)/(?:c(?P<chunk>\d{5})/)?(?:p(?P<rank>\d{5})|m)$"
+    r"^comm/(?P<job>[^/]+)/a(?P<attempt>\d{4})/r(?P<round>\d{9})/(?P<tag>[^/]+)/"
+    r"(?:c(?P<chunk>\d{5})/)?(?:p(?P<rank>\d{5})|m)$"
 )
 
 
@@ -140,32 +200,33 @@ def parse_comm_key(key: str) -> CommKey:
         tag=match.group("tag"),
         chunk=None if chunk is None else int(chunk),
         rank=None if rank is None else int(rank),
+        attempt=int(match.group("attempt")),
     )
 
 
-def barrier_key(job_id: str, name: str, rank: int) -> str:
-    return comm_prefix(job_id) + f"barrier/{check_name(name, 'barrier name')}/p{rank:05d}"
+def barrier_key(job_id: str, name: str, rank: int, attempt: int = 1) -> str:
+    return comm_prefix(job_id, attempt) + f"barrier/{check_name(name, 'barrier name')}/p{rank:05d}"
 
 
 # --- asynchronous updates (ASP/SSP) ------------------------------------------------
 
 
-def asp_prefix(job_id: str) -> str:
-    return comm_prefix(job_id) + "asp/"
+def asp_prefix(job_id: str, attempt: int = 1) -> str:
+    return comm_prefix(job_id, attempt) + "asp/"
 
 
-def asp_rank_update(job_id: str, rank: int, seq: int) -> str:
+def asp_rank_update(job_id: str, rank: int, seq: int, attempt: int = 1) -> str:
     """The ``seq``-th update of one rank (every channel: per-writer numbers leave no holes)."""
-    return asp_prefix(job_id) + f"p{rank:05d}/s{seq:012d}"
+    return asp_prefix(job_id, attempt) + f"p{rank:05d}/s{seq:012d}"
 
 
-def asp_cursor(job_id: str, rank: int) -> str:
+def asp_cursor(job_id: str, rank: int, attempt: int = 1) -> str:
     """How far a rank has read the updates, so that fully read ones can be deleted."""
-    return asp_prefix(job_id) + f"cursor/p{rank:05d}"
+    return asp_prefix(job_id, attempt) + f"cursor/p{rank:05d}"
 
 
-def asp_done(job_id: str, rank: int) -> str:
-    return asp_prefix(job_id) + f"done/p{rank:05d}"
+def asp_done(job_id: str, rank: int, attempt: int = 1) -> str:
+    return asp_prefix(job_id, attempt) + f"done/p{rank:05d}"
 
 
 # --- chunked values (any store) ----------------------------------------------------

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
 import numpy as np
 
+from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import ChannelSpec, JobSpec
 from lambdaml.data import shards
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
-from lambdaml.models.linear import LogisticRegression
+from lambdaml.models import MODELS, Model
+from lambdaml.runtime.records import Attempt
 
 CHANNEL_KINDS = ["memory", "s3", "redis", "memcached", "dynamodb"]
 
@@ -51,11 +55,17 @@ def channel_spec(kind: str, services: Services | None, **overrides: Any) -> Chan
     return ChannelSpec(**fields)
 
 
-def single_process_sgd(store: Channel, manifest: shards.Manifest, job: JobSpec) -> np.ndarray:
-    """Mini-batch SGD in one process over the concatenation of what every worker takes each step."""
+def single_process_sgd(
+    store: Channel, manifest: shards.Manifest, job: JobSpec, model: Model | None = None
+) -> np.ndarray:
+    """Mini-batch SGD in one process over the concatenation of what every worker takes each step.
+
+    ``model`` defaults to the one the job names, built for the manifest as a worker builds it.
+    """
     spec = job.algorithm
     data = [shards.load_worker_data(store, manifest, r, job.workers) for r in range(job.workers)]
-    model = LogisticRegression(manifest.n_features, l2=job.model.l2)
+    if model is None:
+        model = MODELS.get(job.model.name).build(job.model, manifest)
     params = model.init_params(spec.seed)
     steps = steps_per_epoch(max(len(y) for _, y in data), spec.batch_size)
     for epoch in range(spec.epochs):
@@ -74,3 +84,18 @@ def single_process_sgd(store: Channel, manifest: shards.Manifest, job: JobSpec) 
                 _, grad = model.loss_grad_sum(params, Xb, yb)
                 params -= spec.lr * (grad / len(yb) + model.regularizer_grad(params))
     return params
+
+
+def vouched_shard(store: Channel, manifest: shards.Manifest, index: int, bundle: bytes) -> shards.Manifest:
+    """Store ``bundle`` as shard ``index`` and return the manifest vouching for it (size and hash), as a
+    forger with write access to the whole dataset would: what is left to refuse it is the decoder."""
+    store.put(keys.dataset_shard(manifest.name, manifest.dataset_version, index), bundle)
+    sizes, hashes = list(manifest.shard_bytes), list(manifest.shard_hashes)
+    sizes[index], hashes[index] = len(bundle), shards.content_hash(bundle)
+    return dataclasses.replace(manifest, shard_bytes=sizes, shard_hashes=hashes)
+
+
+def first_attempt(store: Channel, job: JobSpec, job_id: str) -> Attempt:
+    """Attempt 1 of ``job_id`` on the dataset's current version, for tests that call ``run_worker`` directly."""
+    version = shards.read_manifest(store, job.dataset).dataset_version
+    return Attempt(job_id, 1, version, time.time())

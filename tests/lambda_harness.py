@@ -20,7 +20,8 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.data import shards, synthetic
-from lambdaml.runtime import lambda_handlers
+from lambdaml.runtime import lambda_handlers, records
+from lambdaml.runtime.records import Attempt
 
 
 class FakeContext:
@@ -107,3 +108,14 @@ def prepare_dataset(data_store: tuple[StorageSpec, Channel], name: str, workers:
     X, y, _ = synthetic.higgs_like(1200, seed=8)
     shards.prepare(data_store[1], name, X, y, shards=workers)
     return data_store
+
+
+def sent_event(lam: ThreadInvoker, rank: int, invocation: int = 1) -> dict[str, Any]:
+    """The event a rank's invocation was sent (a duplicate delivery is this event again, MAC key included)."""
+    return next(e for e in lam.events if e["rank"] == rank and e.get("invocation", 1) == invocation)
+
+
+def claimed(store: Channel, job: JobSpec, job_id: str) -> Attempt:
+    """Claim ``job_id`` as the coordinator does, for tests that invoke the workers by hand."""
+    version = shards.read_manifest(store, job.dataset).dataset_version
+    return records.claim_job(store, job, job_id, version)

@@ -9,6 +9,7 @@ from typing import Any
 
 from lambdaml.config import JobSpec
 from lambdaml.cost import job_cost
+from lambdaml.runtime.records import Attempt
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,13 @@ class Backend(ABC):
     uses_channel: bool = True
 
     @abstractmethod
-    def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
-        """Run every rank to completion; return the reports in rank order or raise JobFailed."""
+    def run(
+        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
+    ) -> list[dict[str, Any]]:
+        """Run every rank of ``attempt`` to completion; return the reports in rank order or raise JobFailed.
+
+        ``secret`` authenticates the channel's values (handed to the workers, never stored).
+        """
 
     def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""

@@ -23,6 +23,7 @@ from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError, JobFailed
 from lambdaml.runtime.iaas import cluster_cost
 from lambdaml.runtime.job import collect_reports
+from lambdaml.runtime.records import Attempt
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -32,11 +33,14 @@ _POLL_S = 0.05
 _ERROR_SETTLE_S = 2.0  # after a rank's error, how long to collect the others' before stopping
 
 
-def torchrun_command(job_id: str, workers: int, storage: Any, *, events: str | None = None) -> list[str]:
+def torchrun_command(
+    job_id: str, workers: int, storage: Any, *, attempt: int = 1, events: str | None = None
+) -> list[str]:
     """``torchrun`` on one node with ``workers`` processes, each a ``lambdaml.runtime.iaas`` rank."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     command += ["--nproc-per-node", str(workers), "--module", "lambdaml.runtime.iaas"]
-    command += ["--job-id", job_id, "--bucket", storage.bucket, "--region", storage.region]
+    command += ["--job-id", job_id, "--attempt", str(attempt)]
+    command += ["--bucket", storage.bucket, "--region", storage.region]
     if storage.endpoint_url:
         command += ["--endpoint-url", storage.endpoint_url]
     if events:
@@ -47,7 +51,9 @@ def torchrun_command(job_id: str, workers: int, storage: Any, *, events: str | N
 class IaaSLocalBackend(Backend):
     uses_channel = False
 
-    def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
+    def run(
+        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
+    ) -> list[dict[str, Any]]:
         if job.sync.protocol != "bsp":
             raise ConfigError(
                 f"the iaas backends run protocol 'bsp' only (gloo collectives), not {job.sync.protocol!r}"
@@ -63,7 +69,7 @@ class IaaSLocalBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="lambdaml-iaas-") as tmp:
             events_dir = Path(tmp)
             log_path = events_dir / "torchrun.log"
-            command = torchrun_command(job_id, job.workers, job.storage, events=tmp)
+            command = torchrun_command(attempt.job_id, job.workers, job.storage, attempt=attempt.number, events=tmp)
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
                 try:
@@ -76,7 +82,7 @@ class IaaSLocalBackend(Backend):
                         except subprocess.TimeoutExpired:
                             process.kill()
                             process.wait()
-        return collect_reports(open_storage(job.storage), job, job_id)
+        return collect_reports(open_storage(job.storage), job, attempt)
 
     def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         return cluster_cost(job, workers, wall_s)

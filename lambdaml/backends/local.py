@@ -14,7 +14,8 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.cost import job_cost
 from lambdaml.errors import JobFailed, LambdaMLError
-from lambdaml.runtime.worker import run_worker
+from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.worker import Lifetime, run_worker
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +24,27 @@ log = logging.getLogger(__name__)
 _SILENCE_GRACE_S = 30.0
 
 
-def _worker_main(job_data: dict[str, Any], job_id: str, rank: int, events: Any, channel: Channel | None = None) -> None:
+def _worker_main(
+    job_data: dict[str, Any],
+    attempt_data: dict[str, Any],
+    secret: bytes | None,
+    rank: int,
+    events: Any,
+    channel: Channel | None = None,
+) -> None:
     """Entry point of one worker: every outcome goes back as a message, never as a traceback."""
     job = parse_job(job_data)
+    attempt = Attempt.from_json(attempt_data)
+    # No deadline; periodic checkpoints let an interrupted job go on with --resume.
+    lifetime = Lifetime(
+        remaining_s=lambda: float("inf"), checkpoint_every=job.runtime.checkpoint_every, on_lambda=False
+    )
 
     def on_epoch(r: int, epoch: int, loss: float, elapsed: float) -> None:
         events.put(("epoch", rank, (epoch, loss, elapsed)))
 
     try:
-        report = run_worker(job, job_id, rank, on_epoch=on_epoch, channel=channel)
+        report = run_worker(job, attempt, rank, secret=secret, on_epoch=on_epoch, channel=channel, lifetime=lifetime)
     except LambdaMLError as exc:
         events.put(("error", rank, str(exc)))
     except Exception as exc:  # a bug: keep the type so it can be found
@@ -44,21 +57,29 @@ def _worker_main(job_data: dict[str, Any], job_id: str, rank: int, events: Any, 
 class LocalBackend(Backend):
     """Each rank in its own process, like Lambda; the in-memory channel runs ranks as threads."""
 
-    def run(self, job: JobSpec, job_id: str, *, on_event: EventCallback | None = None) -> list[dict[str, Any]]:
-        job_data = job.model_dump(mode="json")
+    def run(
+        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
+    ) -> list[dict[str, Any]]:
+        job_data, attempt_data = job.model_dump(mode="json"), attempt.to_json()
         workers: list[Any]
         if job.channel.kind == "memory":
             events: Any = queue.Queue()
             shared = open_channel(job.channel)
             workers = [
-                threading.Thread(target=_worker_main, args=(job_data, job_id, r, events, shared), daemon=True)
+                threading.Thread(
+                    target=_worker_main, args=(job_data, attempt_data, secret, r, events, shared), daemon=True
+                )
                 for r in range(job.workers)
             ]
         else:
             ctx = mp.get_context("spawn")
             events = ctx.Queue()
             workers = [
-                ctx.Process(target=_worker_main, args=(job_data, job_id, r, events), name=f"lambdaml-worker-{r}")
+                ctx.Process(
+                    target=_worker_main,
+                    args=(job_data, attempt_data, secret, r, events),
+                    name=f"lambdaml-worker-{r}",
+                )
                 for r in range(job.workers)
             ]
         for worker in workers:

@@ -140,6 +140,10 @@ class Channel(ABC):
     def _delete(self, keys: Sequence[str]) -> None:
         """Delete the keys (at most 1,000 per call); missing keys are not an error."""
 
+    def _put_new(self, key: str, data: bytes) -> bool:
+        """Store ``data`` only if ``key`` is absent, atomically; False if it exists. For claims (job ids)."""
+        raise ChannelError(f"the {self.kind} channel has no conditional writes")
+
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
         """Several values in one round trip: backends with batched writes (``put_batch`` > 1) override this."""
         for key, data in items:
@@ -248,6 +252,17 @@ class Channel(ABC):
         self._map(put_batch, self._put_batches(manifests))
         self.stats.add(puts=len(first) + len(manifests), bytes_sent=sent)
         return [key for key, _ in first] + [key for key, _ in manifests]
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Create ``key`` unless it exists (one conditional write, never chunked); True if this call created it.
+
+        Of several concurrent callers exactly one gets True: how a job id is claimed once.
+        """
+        if self.max_item_bytes is not None and len(data) > self.max_item_bytes:
+            raise ChannelError(f"{self.kind}: a conditional write of {len(data)} bytes is over the item limit")
+        created = self._retry(self._put_new, key, bytes(data))
+        self.stats.add(puts=1, bytes_sent=len(data))
+        return created
 
     def _put_batches(self, items: Sequence[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
         """Consecutive values grouped up to ``put_batch`` values and ``put_batch_bytes`` bytes (one at least)."""

@@ -39,6 +39,13 @@ class MemoryChannel(Channel):
         with self._lock:
             self._data[key] = bytes(data)
 
+    def _put_new(self, key: str, data: bytes) -> bool:
+        with self._lock:
+            if key in self._data:
+                return False
+            self._data[key] = bytes(data)
+            return True
+
     def _get(self, key: str) -> bytes:
         with self._lock:
             try:

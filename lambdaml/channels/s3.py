@@ -124,6 +124,19 @@ class S3Channel(Channel):
         except (ClientError, BotoCoreError, ConnectionError) as exc:
             raise self._error(exc, f"put {key}") from exc
 
+    def _put_new(self, key: str, data: bytes) -> bool:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if error_code(exc) == "PreconditionFailed" or status_code(exc) == 412:
+                return False
+            if error_code(exc) == "ConditionalRequestConflict":  # another conditional write is in flight
+                raise TransientChannelError(f"s3 put {key}: a concurrent conditional write is in flight") from exc
+            raise self._error(exc, f"put {key}") from exc
+        except (BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, f"put {key}") from exc
+        return True
+
     def _get(self, key: str) -> bytes:
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)

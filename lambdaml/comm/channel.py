@@ -13,8 +13,10 @@ import numpy as np
 
 from lambdaml import keys
 from lambdaml.channels import Channel
+from lambdaml.channels.sealed import SealedChannel
 from lambdaml.comm import PATTERNS
 from lambdaml.comm.base import Communicator
+from lambdaml.seal import Sealer
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,10 @@ class ChannelCommunicator(Communicator):
     Every rank remembers the keys it wrote, and deletes its own once every rank has moved
     past their round, in the background: the channel's size stays bounded however long the
     job runs, and no rank ever lists the store to find what to delete.
+
+    Keys live under the job's ``attempt``, and every value is sealed under its key
+    (``secret``: authenticated with the job's MAC key), so a value from another attempt,
+    round, rank or chunk is refused rather than summed.
     """
 
     def __init__(
@@ -39,10 +45,13 @@ class ChannelCommunicator(Communicator):
         timeout_s: float = 120.0,
         first_round: int = 0,
         extra_retention: int = 0,
+        attempt: int = 1,
+        secret: bytes | None = None,
     ) -> None:
         super().__init__(rank, world_size)
-        self.channel = channel
+        self.channel: Channel = SealedChannel(channel, Sealer(secret))
         self.job_id = job_id
+        self.attempt = attempt
         self.timeout_s = timeout_s
         self.round = first_round
         self.extra_retention = extra_retention
@@ -52,7 +61,7 @@ class ChannelCommunicator(Communicator):
         self._written: dict[int, list[str]] = {}  # round -> the keys this rank stored in it
 
     def key(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
-        return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk)
+        return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk, attempt=self.attempt)
 
     @property
     def wait_s(self) -> float:
@@ -110,9 +119,9 @@ class ChannelCommunicator(Communicator):
 
     def _arrive(self, name: str, *, wait: bool) -> None:
         with self.timed():
-            self.channel.put(keys.barrier_key(self.job_id, name, self.rank), b"1")
+            self.channel.put(keys.barrier_key(self.job_id, name, self.rank, self.attempt), b"1")
             if wait:
-                markers = [keys.barrier_key(self.job_id, name, r) for r in range(self.world_size)]
+                markers = [keys.barrier_key(self.job_id, name, r, self.attempt) for r in range(self.world_size)]
                 self.channel.wait_for(markers, self.timeout_s)
 
     def finish(self, *, early: bool = False) -> None:
@@ -126,7 +135,7 @@ class ChannelCommunicator(Communicator):
             future.result()
         self._janitor.shutdown(wait=True)
         if self.rank == 0 and not early:
-            removed = self.channel.clear(keys.comm_prefix(self.job_id))
+            removed = self.channel.clear(keys.comm_prefix(self.job_id, self.attempt))
             log.debug("removed %d keys of job %s from the channel", removed, self.job_id)
 
     def stats(self) -> dict[str, float]:

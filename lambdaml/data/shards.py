@@ -1,16 +1,26 @@
 """Binary shards in S3: ``lambdaml data prepare`` writes them, workers map them.
 
-A dataset is a manifest plus one codec bundle per shard and an optional test bundle.
+A dataset is a series of immutable versions; each is a manifest plus one codec bundle per
+shard and an optional test bundle, and ``current.json`` names the version in use. A new
+version is written whole before the pointer moves, so an interrupted prepare leaves the
+previous version intact and current, and a job pins the version it started on. The
+manifest records every shard's size and SHA-256, which workers check on load: a shard
+from another version (or a damaged one) is refused by name.
+
 A dense shard holds ``X`` (float32 rows) and ``y``; a CSR shard (``manifest.format ==
 "csr"``) holds ``indptr``, ``indices``, ``data``, ``shape`` and ``y``. Workers never parse
-text: they download their shard and ``np.frombuffer`` it.
+text: they download their shard and ``np.frombuffer`` it. Class labels are stored as
+0..C-1 (``label_values`` keeps what the file called them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -21,8 +31,11 @@ from lambdaml.errors import CodecError, DataError, KeyNotFound, brief
 from lambdaml.storage import get_json, put_json
 
 log = logging.getLogger(__name__)
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 FORMATS = ("dense", "csr")
+#: Most distinct integer labels read as classes; more (or fractional ones) are not a classification.
+MAX_CLASSES = 65_536
+_HASH_CHARS = 32  # 128 bits of SHA-256, in hex
 
 
 @dataclass(frozen=True)
@@ -32,10 +45,16 @@ class Manifest:
     shard_rows: list[int]
     test_rows: int
     created: float
+    dataset_version: str
+    shard_bytes: list[int]
+    shard_hashes: list[str]
+    test_bytes: int = 0
+    test_hash: str = ""
     version: int = MANIFEST_VERSION
     n_classes: int = 2  # distinct labels (0..n_classes-1 for classification)
     sample_shape: list[int] | None = None  # a row's shape before flattening, e.g. [3, 32, 32]
     format: str = "dense"  # "dense" rows, or "csr" for sparse data
+    label_values: list[float] | None = field(default=None)  # the file's label of class i, where it differs from i
 
     @property
     def shards(self) -> int:
@@ -59,6 +78,57 @@ def shards_of_worker(manifest: Manifest, rank: int, workers: int) -> list[int]:
     return list(range(rank, manifest.shards, workers))
 
 
+def new_version_id() -> str:
+    """A dataset version's name: when it was prepared, and a random part for concurrent prepares."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+def current_version(store: Channel, name: str) -> str | None:
+    """The version ``current.json`` names, or None when the dataset does not exist."""
+    try:
+        pointer = get_json(store, keys.dataset_current(name))
+    except KeyNotFound:
+        return None
+    except CodecError as exc:
+        raise DataError(str(exc)) from None
+    version = pointer.get("version") if isinstance(pointer, dict) else None
+    if not isinstance(version, str):
+        raise DataError(f"{keys.dataset_current(name)} does not name a version")
+    return keys.check_name(version, "dataset version")
+
+
+def _legacy(store: Channel, name: str) -> bool:
+    return bool(store.get_many([keys.legacy_dataset_manifest(name)]))
+
+
+def check_absent(store: Channel, name: str, *, overwrite: bool) -> None:
+    """Refuse to prepare over an existing dataset unless asked (before any long load or upload)."""
+    if overwrite:
+        return
+    if current_version(store, name) is not None or _legacy(store, name):
+        raise DataError(
+            f"dataset {name!r} already exists in {store.describe()}; use --overwrite to replace it "
+            "(jobs running on it keep their version), or choose another name"
+        )
+
+
+def normalize_labels(y: np.ndarray) -> tuple[np.ndarray, int, list[float] | None]:
+    """Labels as classes 0..C-1 in sorted order, the class count, and the original values if they differ.
+
+    Two distinct values are always two classes (``{1, 2}`` or ``{-1, 1}`` would otherwise
+    read as "all positive" or need every model to guess). More distinct values are classes
+    when they are integers (at most ``MAX_CLASSES``); otherwise the labels are kept as they are.
+    """
+    values, inverse = np.unique(y, return_inverse=True)
+    integral = bool(np.all(values == np.round(values)))
+    if len(values) > 2 and not (integral and len(values) <= MAX_CLASSES):
+        return y, len(values), None
+    classes = inverse.reshape(-1).astype(np.float32)
+    same = len(values) > 2 and np.array_equal(values, np.arange(len(values)))
+    same = same or (len(values) <= 2 and bool(np.all(np.isin(values, (0.0, 1.0)))) and values[0] == 0)
+    return classes, max(len(values), 2), None if same else [float(v) for v in values]
+
+
 def prepare(
     store: Channel,
     name: str,
@@ -69,17 +139,22 @@ def prepare(
     test_fraction: float = 0.2,
     seed: int = 0,
     sample_shape: list[int] | None = None,
+    overwrite: bool = False,
 ) -> Manifest:
-    """Shuffle, hold out a test split, cut the rest into shards and upload them.
+    """Shuffle, hold out a test split, cut the rest into shards and upload them as a new version.
 
-    ``X`` is a dense 2-D array or a CSRMatrix (stored as CSR shards). The manifest is
-    written last, so a reader that finds it finds every shard.
+    ``X`` is a dense 2-D array or a CSRMatrix (stored as CSR shards). Every shard and the
+    manifest are written before ``current.json`` points at the version; an existing
+    dataset is replaced only with ``overwrite``, and its previous version is kept for jobs
+    still running on it (older ones are deleted).
     """
     keys.check_name(name, "dataset name")
+    check_absent(store, name, overwrite=overwrite)
     y = np.asarray(y)
     if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
         raise DataError(f"features {X.shape} and labels {y.shape} do not match")
     n_test = check_split(len(y), shards, test_fraction)
+    y, n_classes, label_values = normalize_labels(y)
     order = np.random.default_rng(seed).permutation(len(y))
     test, train = order[:n_test], order[n_test:]
     if isinstance(X, CSRMatrix):
@@ -89,24 +164,60 @@ def prepare(
         X = np.ascontiguousarray(X, dtype=np.float32)
         fmt = "dense"
     y = np.ascontiguousarray(y, dtype=np.float32)
+    version = new_version_id()
     pieces = np.array_split(train, shards)
+    sizes: list[int] = []
+    hashes: list[str] = []
     for index, rows in enumerate(pieces):
-        store.put(keys.dataset_shard(name, index), _encode_rows(X, y, rows))
+        shard = _encode_rows(X, y, rows)
+        store.put(keys.dataset_shard(name, version, index), shard)
+        sizes.append(len(shard))
+        hashes.append(content_hash(shard))
+    test_bytes, test_hash = 0, ""
     if n_test:
-        store.put(keys.dataset_test(name), _encode_rows(X, y, test))
+        held_out = _encode_rows(X, y, test)
+        store.put(keys.dataset_test(name, version), held_out)
+        test_bytes, test_hash = len(held_out), content_hash(held_out)
     manifest = Manifest(
         name=name,
         n_features=int(X.shape[1]),
         shard_rows=[len(p) for p in pieces],
         test_rows=n_test,
         created=time.time(),
-        n_classes=_count_classes(y),
+        dataset_version=version,
+        shard_bytes=sizes,
+        shard_hashes=hashes,
+        test_bytes=test_bytes,
+        test_hash=test_hash,
+        n_classes=n_classes,
         sample_shape=sample_shape,
         format=fmt,
+        label_values=label_values,
     )
-    put_json(store, keys.dataset_manifest(name), asdict(manifest))
-    log.info("prepared %s dataset %s: %d shards, %d test rows", fmt, name, shards, n_test)
+    put_json(store, keys.dataset_manifest(name, version), asdict(manifest))
+    previous = current_version(store, name)
+    put_json(store, keys.dataset_current(name), {"version": version, "previous": previous})
+    _prune(store, name, keep={version, previous})
+    log.info("prepared %s dataset %s version %s: %d shards, %d test rows", fmt, name, version, shards, n_test)
     return manifest
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:_HASH_CHARS]
+
+
+def _prune(store: Channel, name: str, keep: set[str | None]) -> None:
+    """Delete every version but ``keep`` (abandoned prepares, what is two versions old) and the old layout."""
+    prefix, versions = keys.dataset_prefix(name), keys.dataset_prefix(name) + "v/"
+
+    def kept(key: str) -> bool:
+        return key == keys.dataset_current(name) or (
+            key.startswith(versions) and key[len(versions) :].split("/", 1)[0] in keep
+        )
+
+    stale = [key for key in store.list(prefix) if not kept(key)]
+    if stale:
+        store.delete(stale)
 
 
 def check_split(rows: int | None, shards: int, test_fraction: float) -> int:
@@ -130,22 +241,30 @@ def _encode_rows(X: Features, y: np.ndarray, rows: np.ndarray) -> bytes:
     return codec.encode_bundle({"X": X[rows], "y": y[rows]})
 
 
-def _count_classes(y: np.ndarray) -> int:
-    """Classes of integer labels 0..C-1; binary data ({0,1} or {-1,+1}) has 2."""
-    labels = np.unique(y)
-    if len(labels) <= 2:
-        return 2
-    return int(labels.max()) + 1 if np.all(labels == np.round(labels)) and labels.min() >= 0 else len(labels)
-
-
-def read_manifest(store: Channel, name: str) -> Manifest:
-    key = keys.dataset_manifest(name)
+def read_manifest(store: Channel, name: str, version: str | None = None) -> Manifest:
+    """The manifest of ``version`` (a job's pinned one), or of the current version."""
+    pinned = version is not None
+    version = version if version is not None else current_version(store, name)
+    if version is None:
+        if _legacy(store, name):
+            raise DataError(
+                f"dataset {name!r} was prepared by an older LambdaML (no versions or shard hashes); "
+                "prepare it again with --overwrite"
+            )
+        raise DataError(
+            f"dataset {name!r} not found: {store.describe()} has no {keys.dataset_current(name)} "
+            "(run 'lambdaml data prepare')"
+        )
+    key = keys.dataset_manifest(name, version)
     try:
         raw = get_json(store, key)
     except KeyNotFound:
-        raise DataError(
-            f"dataset {name!r} not found: {store.describe()} has no {key} (run 'lambdaml data prepare')"
-        ) from None
+        if pinned:
+            raise DataError(
+                f"dataset {name!r} version {version} is gone (replaced twice since the job started); "
+                "start a new job on the current version"
+            ) from None
+        raise DataError(f"dataset {name!r} names version {version}, which has no manifest ({key})") from None
     except CodecError as exc:
         raise DataError(str(exc)) from None
     if not isinstance(raw, dict):
@@ -156,7 +275,7 @@ def read_manifest(store: Channel, name: str) -> Manifest:
         raise DataError(f"{key} is not a dataset manifest: {exc}") from None
     if manifest.version != MANIFEST_VERSION:
         raise DataError(f"{key} has manifest version {brief(manifest.version)}; this build reads {MANIFEST_VERSION}")
-    problem = _manifest_problem(manifest, name)
+    problem = _manifest_problem(manifest, name, version)
     if problem:
         raise DataError(f"{key} is not a valid dataset manifest: {problem}")
     return manifest
@@ -166,10 +285,12 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
 
 
-def _manifest_problem(m: Manifest, name: str) -> str | None:
+def _manifest_problem(m: Manifest, name: str, version: str) -> str | None:
     """What is wrong with a manifest read from storage (a hand-made or tampered one), or None."""
     if m.name != name:
         return f"it names dataset {brief(m.name)}"
+    if m.dataset_version != version:
+        return f"it names version {brief(m.dataset_version)}"
     if not _count(m.n_features) or m.n_features < 1:
         return f"n_features is {brief(m.n_features)}, expected a positive integer"
     if not isinstance(m.shard_rows, list) or not m.shard_rows or not all(_count(r) for r in m.shard_rows):
@@ -179,6 +300,13 @@ def _manifest_problem(m: Manifest, name: str) -> str | None:
         return f"shard {empty[0]} is empty (every shard needs at least one row)"
     if not _count(m.test_rows):
         return f"test_rows is {brief(m.test_rows)}, expected a count"
+    sizes, hashes = m.shard_bytes, m.shard_hashes
+    if not isinstance(sizes, list) or len(sizes) != len(m.shard_rows) or not all(_count(b) for b in sizes):
+        return f"shard_bytes is {brief(sizes)}, expected one size per shard"
+    if not isinstance(hashes, list) or len(hashes) != len(m.shard_rows) or not all(_is_hash(h) for h in hashes):
+        return f"shard_hashes is {brief(hashes)}, expected one SHA-256 per shard"
+    if not _count(m.test_bytes) or (m.test_rows and not _is_hash(m.test_hash)):
+        return "the test split has no size or hash"
     if not _count(m.n_classes) or m.n_classes < 1:
         return f"n_classes is {brief(m.n_classes)}, expected a positive integer"
     if m.format not in FORMATS:
@@ -192,8 +320,14 @@ def _manifest_problem(m: Manifest, name: str) -> str | None:
     return None
 
 
-def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tuple[Features, np.ndarray]:
-    """Download, verify and map one shard; a corrupt or mismatched one is a DataError naming its key."""
+def _is_hash(value: object) -> bool:
+    return isinstance(value, str) and len(value) == _HASH_CHARS and all(c in "0123456789abcdef" for c in value)
+
+
+def _load_bundle(
+    store: Channel, manifest: Manifest, key: str, rows: int, size: int, digest: str
+) -> tuple[Features, np.ndarray]:
+    """Download, verify and map one shard; a corrupt, foreign or mismatched one is a DataError naming its key."""
     if manifest.format not in FORMATS:
         raise DataError(
             f"dataset {manifest.name!r} has format {manifest.format!r}; this build reads {', '.join(FORMATS)}"
@@ -202,6 +336,11 @@ def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tup
         raw = store.get(key)
     except KeyNotFound:
         raise DataError(f"dataset {manifest.name!r} is missing {key}") from None
+    if len(raw) != size or content_hash(raw) != digest:
+        raise DataError(
+            f"{key} is not the shard its manifest describes ({len(raw)} bytes, expected {size}, or another "
+            f"hash): dataset {manifest.name!r} version {manifest.dataset_version} is damaged or mixed"
+        )
     try:
         bundle = codec.decode_bundle(raw, what=key)
         y = bundle["y"]
@@ -227,8 +366,16 @@ def _load_bundle(store: Channel, manifest: Manifest, key: str, rows: int) -> tup
 
 def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[Features, np.ndarray]:
     """Download and map the shards of one worker (a CSRMatrix for a csr dataset, else an array)."""
+    name, version = manifest.name, manifest.dataset_version
     loaded = [
-        _load_bundle(store, manifest, keys.dataset_shard(manifest.name, i), manifest.shard_rows[i])
+        _load_bundle(
+            store,
+            manifest,
+            keys.dataset_shard(name, version, i),
+            manifest.shard_rows[i],
+            manifest.shard_bytes[i],
+            manifest.shard_hashes[i],
+        )
         for i in shards_of_worker(manifest, rank, workers)
     ]
     if len(loaded) == 1:
@@ -244,4 +391,5 @@ def load_test(store: Channel, manifest: Manifest) -> tuple[Features, np.ndarray]
     """The held-out test split, or None when the dataset has none."""
     if manifest.test_rows == 0:
         return None
-    return _load_bundle(store, manifest, keys.dataset_test(manifest.name), manifest.test_rows)
+    key = keys.dataset_test(manifest.name, manifest.dataset_version)
+    return _load_bundle(store, manifest, key, manifest.test_rows, manifest.test_bytes, manifest.test_hash)

@@ -20,8 +20,8 @@ from typing import Any
 from lambdaml import aws, keys, settings
 from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
-from lambdaml.runtime.job import new_job_id, preflight
-from lambdaml.storage import open_storage, put_json
+from lambdaml.runtime.job import begin
+from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ def launch(
     if _record_path(name).exists():
         raise ConfigError(f"a cluster named {name!r} exists; terminate it first or pick another --name")
     region = job.storage.region
-    job_id = job_id or new_job_id(job.name)
-    store, _ = preflight(job, check_channel=False)
+    store, _, attempt = begin(job, job_id, check_channel=False)  # claims the job id
+    job_id = attempt.job_id
 
     def client(service: str) -> Any:
         return aws.client(service, endpoint_url=endpoint_url, region=region)
@@ -118,7 +118,6 @@ def launch(
         package_key = keys.iaas_file(job_id, wheel.name)
         store.put(package_key, wheel.read_bytes())
     store.put(keys.iaas_file(job_id, "bootstrap.sh"), BOOTSTRAP.read_bytes())
-    put_json(store, keys.job_spec(job_id), job.model_dump(mode="json"))
 
     image_id = image_id or client("ssm").get_parameter(Name=DEFAULT_IMAGE_PARAMETER)["Parameter"]["Value"]
     vpc_id, subnet_id = _network(client("ec2"), vpc_id, subnet_id)

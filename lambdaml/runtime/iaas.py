@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from lambdaml import keys
-from lambdaml.config import JobSpec, StorageSpec, parse_job
+from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.cost import ec2_cost
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
+from lambdaml.runtime import records
 from lambdaml.runtime.job import assemble_result, collect_reports
 from lambdaml.runtime.worker import run_worker
-from lambdaml.storage import get_json, open_storage, put_json
+from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ def cluster_cost(job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lambdaml.runtime.iaas", description=__doc__)
     parser.add_argument("--job-id", required=True)
+    parser.add_argument("--attempt", type=int, default=1, help="the attempt of the job this run is")
     parser.add_argument("--bucket", required=True, help="the data bucket holding jobs/<id>/spec.json")
     parser.add_argument("--endpoint-url", default=None)
     parser.add_argument("--region", default="us-east-1")
@@ -59,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lambdaml.comm.torchdist import TorchDistCommunicator, init_process_group
 
         store = open_storage(StorageSpec(bucket=args.bucket, endpoint_url=args.endpoint_url, region=args.region))
-        job = parse_job(get_json(store, keys.job_spec(args.job_id)), f"job {args.job_id}")
+        job = records.stored_job(store, args.job_id)
+        attempt = records.read_attempt(store, args.job_id, args.attempt)
         rank, world = init_process_group(job.sync.timeout_s)
         if world != job.workers:
             raise LambdaMLError(f"job {args.job_id} has {job.workers} workers but torchrun started {world}")
@@ -69,15 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(events, {"kind": "epoch", "rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed})
 
         comm = TorchDistCommunicator(rank, world)
-        report = run_worker(job, args.job_id, rank, comm=comm, store=store, on_epoch=on_epoch)
-        put_json(store, keys.worker_report(args.job_id, rank), report)
+        report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=on_epoch)
+        put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report)
         if args.assemble and rank == 0:
-            reports = collect_reports(store, job, args.job_id)
-            manifest = read_manifest(store, job.dataset)
+            reports = collect_reports(store, job, attempt)
+            manifest = read_manifest(store, job.dataset, attempt.dataset_version)
             wall_s = time.perf_counter() - started
             result = assemble_result(
                 job,
-                args.job_id,
+                attempt,
                 manifest,
                 reports,
                 wall_s=wall_s,
@@ -86,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cost=cluster_cost,
             )
             put_json(store, keys.job_result(args.job_id), result)
+            records.set_status(store, args.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
         _emit(events, {"kind": "done", "rank": rank})
     except LambdaMLError as exc:
         _emit(events, {"kind": "error", "rank": rank, "type": type(exc).__name__, "message": str(exc)})

@@ -1,12 +1,14 @@
 """What the Lambda functions do; the handlers in ``functions/`` only call these.
 
-The coordinator validates a job, records it and fans out W asynchronous worker
-invocations. A worker trains its rank until it finishes, or until its deadline is near:
+The coordinator validates a job, claims its id (or, to resume it, its next attempt) and
+fans out W asynchronous worker invocations. A worker trains its rank until it finishes, or until its deadline is near:
 then it checkpoints and invokes itself again. Failures follow Lambda's rules: an
 unexpected crash raises, so AWS retries the event and the retry resumes from the last
 checkpoint; a failure that retrying cannot fix (another worker gone, bad data) marks the
 job failed and returns. Everything a user watches (status, heartbeats, reports, result)
-is a JSON record in the data bucket.
+is a JSON record in the data bucket. A worker event names the attempt it belongs to and,
+where the channel asks for it, carries the job's MAC key (``seal_key``), which no store
+ever holds.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from lambdaml import keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
-from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, KeyNotFound, LambdaMLError
-from lambdaml.runtime.job import assemble_result, clear_job_channel, collect_reports, new_job_id, preflight
+from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, LambdaMLError
+from lambdaml.runtime import records
+from lambdaml.runtime.job import assemble_result, begin, clear_job_channel, collect_reports, job_secret
+from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.worker import Lifetime, run_worker
-from lambdaml.storage import get_json, open_storage, put_json
+from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
 
@@ -60,75 +64,58 @@ class BotoInvoker:
         self.client.invoke(FunctionName=function, InvocationType="Event", Payload=json.dumps(payload).encode())
 
 
-def _status(store: Channel, job_id: str) -> dict[str, Any]:
-    try:
-        status: dict[str, Any] = get_json(store, keys.job_status(job_id))
-    except KeyNotFound:
-        return {"job_id": job_id, "state": "unknown"}
-    return status
-
-
-def _set_status(store: Channel, job_id: str, state: str, **fields: Any) -> None:
-    status = _status(store, job_id)
-    ended = status.get("state")
-    if ended == "succeeded" or (ended in ("failed", "cancelled") and state != "cancelled"):
-        return  # the first ending reported stands; a cancel's stragglers (or a late duplicate) time out into it
-    status.update(fields, state=state, updated_at=time.time())
-    put_json(store, keys.job_status(job_id), status)
-
-
 # --- coordinator ------------------------------------------------------------------
 
 
 def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoker | None = None) -> dict[str, Any]:
-    """Start, cancel or report on a job; also the on-failure destination of the workers."""
+    """Start, resume, cancel or report on a job; also the on-failure destination of the workers."""
     invoker = invoker or BotoInvoker()
     if "requestPayload" in event and "requestContext" in event:
         return _worker_gave_up(event, invoker)
     action = event.get("action", "start")
     try:
-        if action == "start":
-            return _start(event, invoker)
+        if action in ("start", "resume"):
+            return _start(event, invoker, resume=action == "resume")
         job = parse_job(event["job"], "job") if "job" in event else None
         store = open_storage(job.storage) if job else None
         if store is None or "job_id" not in event:
             raise ConfigError(f"'{action}' needs 'job' and 'job_id'")
         if action not in ("cancel", "status"):
-            raise ConfigError(f"unknown action {action!r}; known: start, cancel, status")
-        if action == "cancel" and _status(store, event["job_id"]).get("state") == "running":
-            store.put(keys.job_cancel(event["job_id"]), b"1")
-            _set_status(store, event["job_id"], "cancelled")
-        return _status(store, event["job_id"])
+            raise ConfigError(f"unknown action {action!r}; known: start, resume, cancel, status")
+        job_id = keys.check_name(event["job_id"], "job id")
+        current = records.status(store, job_id)
+        if action == "cancel" and current.get("state") == records.RUNNING:
+            attempt = int(current.get("attempt", 1))
+            store.put(keys.job_cancel(job_id, attempt), b"1")
+            records.set_status(store, job_id, attempt, records.CANCELLED)
+        return records.status(store, job_id)
     except LambdaMLError as exc:
         return {"state": "rejected", "error": str(exc)}
 
 
-def _start(event: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
+def _start(event: dict[str, Any], invoker: Invoker, *, resume: bool) -> dict[str, Any]:
     job = parse_job(event.get("job"), "job")
-    job_id = event.get("job_id") or new_job_id(job.name)
-    keys.check_name(job_id, "job id")
-    store, _ = preflight(job)
     worker = event.get("worker_function") or os.environ.get(settings.ENV_WORKER_FUNCTION)
     if not worker:
         raise ConfigError(f"no worker function: set {settings.ENV_WORKER_FUNCTION} or pass 'worker_function'")
-    put_json(store, keys.job_spec(job_id), job.model_dump(mode="json"))
-    put_json(
-        store,
-        keys.job_status(job_id),
-        {"job_id": job_id, "state": "running", "workers": job.workers, "started_at": time.time()},
-    )
+    _, _, attempt = begin(job, event.get("job_id"), resume=resume)
+    secret = job_secret(job)
     for rank in range(job.workers):
-        invoker.invoke_async(worker, worker_event(job, job_id, rank, worker))
-    return {"job_id": job_id, "state": "running"}
+        invoker.invoke_async(worker, worker_event(job, attempt, rank, worker, secret=secret))
+    return {"job_id": attempt.job_id, "attempt": attempt.number, "state": "running"}
 
 
-def worker_event(job: JobSpec, job_id: str, rank: int, function: str, invocation: int = 1) -> dict[str, Any]:
+def worker_event(
+    job: JobSpec, attempt: Attempt, rank: int, function: str, invocation: int = 1, *, secret: bytes | None = None
+) -> dict[str, Any]:
     return {
         "job": job.model_dump(mode="json"),
-        "job_id": job_id,
+        "job_id": attempt.job_id,
+        "attempt": attempt.number,
         "rank": rank,
         "invocation": invocation,
         "worker_function": function,
+        "seal_key": secret.hex() if secret is not None else None,
     }
 
 
@@ -138,8 +125,12 @@ def _worker_gave_up(record: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
     job = parse_job(payload["job"], "job")
     store = open_storage(job.storage)
     job_id, rank, invocation = payload["job_id"], payload["rank"], int(payload.get("invocation", 1))
-    if invocation >= job.runtime.max_invocations or _status(store, job_id).get("state") != "running":
-        _set_status(store, job_id, "failed", error=f"worker {rank} kept failing (invocation {invocation})")
+    attempt = int(payload.get("attempt", 1))
+    current = records.status(store, job_id)
+    live = current.get("state") == records.RUNNING and int(current.get("attempt", 1)) == attempt
+    if invocation >= job.runtime.max_invocations or not live:
+        error = f"worker {rank} kept failing (invocation {invocation})"
+        records.set_status(store, job_id, attempt, records.FAILED, error=error)
         return {"job_id": job_id, "state": "failed"}
     invoker.invoke_async(payload["worker_function"], {**payload, "invocation": invocation + 1})
     return {"job_id": job_id, "state": "running", "resumed_rank": rank}
@@ -158,14 +149,20 @@ def work(
     job = parse_job(event["job"], "job")
     job_id, rank, invocation = event["job_id"], int(event["rank"]), int(event.get("invocation", 1))
     store = open_storage(job.storage)
-    state = _status(store, job_id).get("state")
-    if state in ("failed", "cancelled", "succeeded"):
+    attempt = records.read_attempt(store, job_id, int(event.get("attempt", 1)))
+    current = records.status(store, job_id)
+    if int(current.get("attempt", 1)) != attempt.number:
+        return {"rank": rank, "status": f"skipped: attempt {attempt.number} was superseded"}
+    state = current.get("state")
+    if state in records.ENDED:
         return {"rank": rank, "status": f"skipped: job {state}"}
+    secret = bytes.fromhex(event["seal_key"]) if event.get("seal_key") else None
 
     def heartbeat(r: int, epoch: int, loss: float, elapsed: float) -> None:
         record = {"rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed, "invocation": invocation}
-        put_json(store, keys.worker_heartbeat(job_id, r), {**record, "state": "running", "at": time.time()})
-        if store.get_many([keys.job_cancel(job_id)]):
+        key = keys.worker_heartbeat(job_id, attempt.number, r)
+        put_json(store, key, {**record, "state": "running", "at": time.time()})
+        if store.get_many([keys.job_cancel(job_id, attempt.number)]):
             raise JobCancelled(f"job {job_id} was cancelled")
 
     lifetime = Lifetime(
@@ -179,45 +176,46 @@ def work(
     try:
         if invocation > job.runtime.max_invocations:
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
-        report = run_worker(job, job_id, rank, on_epoch=heartbeat, store=store, channel=channel, lifetime=lifetime)
+        report = run_worker(
+            job, attempt, rank, secret=secret, on_epoch=heartbeat, store=store, channel=channel, lifetime=lifetime
+        )
     except JobCancelled:
-        clear_job_channel(job, job_id, channel)
+        clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)
         reason = {"reason": "diverged"} if isinstance(exc, Diverged) else {}
-        _set_status(store, job_id, "failed", error=f"worker {rank}: {exc}", **reason)
-        clear_job_channel(job, job_id, channel)
+        records.set_status(store, job_id, attempt.number, records.FAILED, error=f"worker {rank}: {exc}", **reason)
+        clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
     if report["status"] == "continued":
         function = event.get("worker_function") or context.function_name
         (invoker or BotoInvoker()).invoke_async(function, {**event, "invocation": invocation + 1})
         return report
-    put_json(store, keys.worker_report(job_id, rank), report)
+    put_json(store, keys.worker_report(job_id, attempt.number, rank), report)
     # A duplicate invocation of a rank can write (its end marker) after rank 0 cleared the
     # channel. Rank 0 sweeps again once the job is marked done, and a rank that finds the job
     # already done sweeps itself: whichever comes last sees the other's keys.
     if rank == 0:
-        _finish_job(job, job_id, store)
-        clear_job_channel(job, job_id, channel)
-    elif _status(store, job_id).get("state") != "running":
-        clear_job_channel(job, job_id, channel)
+        _finish_job(job, attempt, store)
+        clear_job_channel(job, job_id, attempt.number, channel)
+    elif records.status(store, job_id).get("state") != records.RUNNING:
+        clear_job_channel(job, job_id, attempt.number, channel)
     return {"rank": rank, "status": "done"}
 
 
-def _finish_job(job: JobSpec, job_id: str, store: Channel) -> None:
+def _finish_job(job: JobSpec, attempt: Attempt, store: Channel) -> None:
     """Rank 0 gathers every rank's report into the result record."""
-    reports = collect_reports(store, job, job_id)
-    status = _status(store, job_id)
-    started = float(status.get("started_at", time.time()))
+    reports = collect_reports(store, job, attempt)
+    started = attempt.started_at
     result = assemble_result(
         job,
-        job_id,
-        read_manifest(store, job.dataset),
+        attempt,
+        read_manifest(store, job.dataset, attempt.dataset_version),
         reports,
         wall_s=time.time() - started,
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
     )
     result["invocations"] = [r.get("invocations", 1) for r in reports]
-    put_json(store, keys.job_result(job_id), result)
-    _set_status(store, job_id, "succeeded", finished_at=time.time())
+    put_json(store, keys.job_result(attempt.job_id), result)
+    records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())

@@ -18,7 +18,8 @@ from typing import Any
 from lambdaml import aws, keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
-from lambdaml.errors import ConfigError, JobFailed, KeyNotFound, LambdaMLError
+from lambdaml.errors import ConfigError, JobFailed, LambdaMLError
+from lambdaml.runtime import records
 from lambdaml.storage import get_json, open_storage
 
 log = logging.getLogger(__name__)
@@ -92,16 +93,16 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
     return parse_job(data, source)
 
 
-def start(job: JobSpec, stack: Stack, *, job_id: str | None = None) -> str:
-    """Invoke the coordinator and return the job id it started."""
+def start(job: JobSpec, stack: Stack, *, job_id: str | None = None, resume: bool = False) -> tuple[str, int]:
+    """Invoke the coordinator; return the job id it started (or resumed) and the attempt number."""
     client = stack.client("lambda", read_timeout_s=900, max_attempts=1)  # a retry would start it twice
-    event: dict[str, Any] = {"action": "start", "job": job.model_dump(mode="json")}
+    event: dict[str, Any] = {"action": "resume" if resume else "start", "job": job.model_dump(mode="json")}
     if job_id:
         event["job_id"] = job_id
     answer = _invoke(client, stack.output("CoordinatorFunctionName"), event)
     if answer.get("state") != "running":
         raise ConfigError(f"the coordinator refused the job: {answer.get('error', answer)}")
-    return str(answer["job_id"])
+    return str(answer["job_id"]), int(answer.get("attempt", 1))
 
 
 def _invoke(client: Any, function: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -120,19 +121,27 @@ ProgressCallback = Callable[[dict[str, Any], list[dict[str, Any]]], None]
 
 
 def watch(
-    job: JobSpec, job_id: str, stack: Stack, *, on_progress: ProgressCallback | None = None, poll_s: float = 0.5
+    job: JobSpec,
+    job_id: str,
+    attempt: int,
+    stack: Stack,
+    *,
+    on_progress: ProgressCallback | None = None,
+    poll_s: float = 0.5,
 ) -> dict[str, Any]:
-    """Follow the workers' heartbeats until the job ends; return its result record.
+    """Follow an attempt's heartbeats until the job ends; return its result record.
 
     Bounded: if neither the status nor any heartbeat changes for the job's sync timeout
-    plus a minute, the job is declared stuck.
+    plus a minute, the job is declared stuck. A later attempt of the job ends this one.
     """
     store = open_storage(job.storage)
-    beats = [keys.worker_heartbeat(job_id, r) for r in range(job.workers)]
+    beats = [keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)]
     last_change, last_seen = time.monotonic(), None
     limit = job.sync.timeout_s + 60
     while True:
         status = status_of(store, job_id)
+        if int(status.get("attempt", 1)) != attempt:
+            raise JobFailed(f"job {job_id} attempt {attempt} was superseded by attempt {status.get('attempt')}")
         heartbeats = [json.loads(v) for v in store.get_many(beats).values()]
         seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h["epoch"]) for h in heartbeats))
         if seen != last_seen:
@@ -151,18 +160,14 @@ def watch(
 
 
 def status_of(store: Channel, job_id: str) -> dict[str, Any]:
-    try:
-        status: dict[str, Any] = get_json(store, keys.job_status(job_id))
-    except KeyNotFound:
-        raise ConfigError(f"no job {job_id!r} in this stack") from None
+    status = records.status(store, job_id)
+    if status.get("state") == "unknown":
+        raise ConfigError(f"no job {job_id!r} in this stack")
     return status
 
 
 def job_of(store: Channel, job_id: str) -> JobSpec:
-    try:
-        return parse_job(get_json(store, keys.job_spec(job_id)), f"job {job_id}")
-    except KeyNotFound:
-        raise ConfigError(f"no job {job_id!r} in this stack") from None
+    return records.stored_job(store, job_id)
 
 
 def cancel(job_id: str, stack: Stack) -> dict[str, Any]:

@@ -8,7 +8,6 @@ run ends with exactly the model an uninterrupted one would.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -20,16 +19,19 @@ from typing import Any
 import numpy as np
 
 from lambdaml import codec, keys
-from lambdaml.algorithms import AlgorithmState, reify
+from lambdaml.algorithms import reify
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.config import JobSpec
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import load_test, load_worker_data, read_manifest
-from lambdaml.errors import CodecError, Diverged, KeyNotFound
+from lambdaml.errors import Diverged
 from lambdaml.models import MODELS
+from lambdaml.runtime import checkpoint as ckpt
+from lambdaml.runtime.checkpoint import Position
 from lambdaml.runtime.heap import keep_freed_buffers
+from lambdaml.runtime.records import Attempt
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,9 @@ class Lifetime:
 
     ``remaining_s`` reads the time left (``context.get_remaining_time_in_millis``); the
     run stops for a continuation when less than ``margin_s`` plus two of its slowest
-    steps remain. Checkpoints every ``checkpoint_every`` rounds let a crashed run resume.
+    steps remain. Periodic checkpoints every ``checkpoint_every`` rounds let a crashed run
+    resume (``on_lambda``: AWS retries it within the attempt) and an interrupted job go on
+    in a new attempt (``--resume``).
     """
 
     remaining_s: Callable[[], float]
@@ -79,50 +83,32 @@ class Lifetime:
     memory_mb: int = 0  # the invocation's memory size, for billed GB-seconds
     cold: bool = False  # whether this invocation started a new execution environment
     started: float = field(default_factory=time.perf_counter)  # when the invocation began
+    #: A Lambda invocation: billed, and restarted within the attempt after a crash (so it first
+    #: looks for its own checkpoint, and the channel keeps the rounds it may replay).
+    on_lambda: bool = True
 
 
-@dataclass
-class _Position:
-    epoch: int = 0
-    step: int = 0
-    round: int = 0
-    invocations: int = 1
-    losses: list[float] | None = None
-    elapsed: list[float] | None = None
-    times: dict[str, float] | None = None
-    traffic: dict[str, float] | None = None
-    billed: list[dict[str, float]] | None = None  # one entry per finished invocation
-
-
-def _save_checkpoint(store: Channel, job_id: str, rank: int, position: _Position, state: AlgorithmState) -> None:
-    meta = json.dumps(position.__dict__).encode()
-    arrays = {f"state.{k}": np.asarray(v) for k, v in state.state_dict().items()}
+def _state_arrays(state_dict: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
+    arrays = {k: np.asarray(v) for k, v in state_dict.items()}
     for name, array in arrays.items():
         if array.dtype.kind == "f":
             check_finite(array, rank, f"checkpoint ({name})")
-    store.put(
-        keys.worker_checkpoint(job_id, rank), codec.encode_bundle({"meta": np.frombuffer(meta, np.uint8), **arrays})
-    )
+    return arrays
 
 
-def _load_checkpoint(store: Channel, job_id: str, rank: int) -> tuple[_Position, dict[str, np.ndarray]] | None:
-    key = keys.worker_checkpoint(job_id, rank)
-    try:
-        bundle = codec.decode_bundle(store.get(key), what=key)
-    except KeyNotFound:
+def _majority_share(labels: np.ndarray) -> float | None:
+    """The accuracy of always answering the most common label: what a classifier must beat."""
+    if not len(labels) or not np.all(labels == np.round(labels)) or labels.min() < 0:
         return None
-    try:
-        position = _Position(**json.loads(bytes(bundle.pop("meta"))))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CodecError(f"{key} is not a checkpoint: {exc}") from None
-    return position, {k.removeprefix("state."): v for k, v in bundle.items()}
+    return float(np.bincount(labels.astype(np.int64)).max() / len(labels))
 
 
 def run_worker(
     job: JobSpec,
-    job_id: str,
+    attempt: Attempt,
     rank: int,
     *,
+    secret: bytes | None = None,
     on_epoch: EpochCallback | None = None,
     channel: Channel | None = None,
     comm: Communicator | None = None,
@@ -132,23 +118,34 @@ def run_worker(
     """Train one rank to the end (status "done") or to a checkpoint (status "continued").
 
     The workers synchronize through ``comm`` when given (torch.distributed on IaaS), else
-    through a channel communicator over ``channel`` or the job's channel. With a
-    ``lifetime`` the run first looks for this rank's checkpoint and resumes from it.
+    through a channel communicator over ``channel`` or the job's channel, its values
+    authenticated with ``secret`` when given. On Lambda (``lifetime.on_lambda``) the run
+    first looks for this rank's own checkpoint in its attempt; a resumed attempt starts from
+    the checkpoint its record names.
     """
     keep_freed_buffers()
     # A diverging run is caught explicitly (Diverged) before a NaN leaves the worker; numpy's
     # overflow warnings would only add lines to the user's terminal.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return _run_worker(
-            job, job_id, rank, on_epoch=on_epoch, channel=channel, comm=comm, store=store, lifetime=lifetime
+            job,
+            attempt,
+            rank,
+            secret=secret,
+            on_epoch=on_epoch,
+            channel=channel,
+            comm=comm,
+            store=store,
+            lifetime=lifetime,
         )
 
 
 def _run_worker(
     job: JobSpec,
-    job_id: str,
+    attempt: Attempt,
     rank: int,
     *,
+    secret: bytes | None,
     on_epoch: EpochCallback | None,
     channel: Channel | None,
     comm: Communicator | None,
@@ -156,13 +153,18 @@ def _run_worker(
     lifetime: Lifetime | None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    job_id = attempt.job_id
     store = store or open_storage(job.storage)
-    manifest = read_manifest(store, job.dataset)
+    manifest = read_manifest(store, job.dataset, attempt.dataset_version)
     X, y = load_worker_data(store, manifest, rank, job.workers)
     load_s = time.perf_counter() - started
 
-    resumed = _load_checkpoint(store, job_id, rank) if lifetime is not None else None
-    position, saved_state = resumed if resumed is not None else (_Position(), None)
+    restarts = lifetime is not None and lifetime.on_lambda
+    resumed = ckpt.load_newest(store, job_id, attempt.number, rank) if restarts else None
+    if resumed is None and attempt.resume is not None:
+        point = attempt.resume
+        resumed = ckpt.load_at_round(store, job_id, point.attempt, rank, point.round)
+    position, saved_state = resumed if resumed is not None else (Position(), None)
     if resumed is not None:
         position.invocations += 1
         log.info("rank %d resumes at epoch %d step %d (round %d)", rank, position.epoch, position.step, position.round)
@@ -179,8 +181,10 @@ def _run_worker(
             pattern=job.sync.pattern,
             timeout_s=job.sync.timeout_s,
             first_round=position.round,
-            # A resumed rank replays the rounds since its last checkpoint: keep them readable.
-            extra_retention=job.runtime.checkpoint_every if lifetime is not None else 0,
+            # A restarted rank replays the rounds since its last checkpoint: keep them readable.
+            extra_retention=job.runtime.checkpoint_every if restarts else 0,
+            attempt=attempt.number,
+            secret=secret,
         )
     spec = job.algorithm
     state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
@@ -193,7 +197,7 @@ def _run_worker(
     largest_shard = max(manifest.rows_of_worker(r, job.workers) for r in range(job.workers))
     steps = steps_per_epoch(largest_shard, spec.batch_size)
 
-    def snapshot(epoch: int, step: int) -> _Position:
+    def snapshot(epoch: int, step: int) -> Position:
         times = {
             "load_s": before["load_s"] + load_s,
             "compute_s": before["compute_s"] + state.compute_s,
@@ -205,13 +209,13 @@ def _run_worker(
         for name, value in comm.stats().items():
             traffic[name] = traffic.get(name, 0.0) + value
         billed = list(position.billed or [])
-        if lifetime is not None:
+        if lifetime is not None and lifetime.on_lambda:
             duration = time.perf_counter() - lifetime.started
             billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb, "cold": lifetime.cold})
-        return _Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
+        return Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
     asynchronous = state.asynchronous
-    if asynchronous is not None and lifetime is not None:
+    if asynchronous is not None and restarts:
         asynchronous.resumable = True
         asynchronous.log.replaying = True  # a retry without a checkpoint replays from the start
 
@@ -219,13 +223,18 @@ def _run_worker(
         """Rounds (BSP) or pushes (ASP/SSP) so far: what checkpoints are spaced by."""
         return comm.round if asynchronous is None else asynchronous.log.pushed
 
-    def checkpoint(epoch: int, step: int) -> None:
-        _save_checkpoint(store, job_id, rank, snapshot(epoch, step), state)
+    def checkpoint(epoch: int, step: int, slot: str) -> None:
+        arrays = _state_arrays(state.state_dict(), rank)
+        ckpt.save(store, job_id, attempt.number, rank, slot, snapshot(epoch, step), arrays)
         if asynchronous is not None:
             asynchronous.checkpointed()
 
+    # Periodic checkpoints fall on multiples of checkpoint_every, so under BSP every rank
+    # writes the same rounds; ASP checkpoints only serve restarts within a Lambda attempt.
+    every = lifetime.checkpoint_every if lifetime is not None else 0
+    periodic = lifetime is not None and (restarts or asynchronous is None)
+    due = (progress() // every + 1) * every if every else 0
     slowest_step = 0.0
-    last_checkpoint = progress()
     rss_after_first_epoch = peak_rss_mb()
     for epoch in range(position.epoch, spec.epochs):
         order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
@@ -235,12 +244,12 @@ def _run_worker(
                 continue
             if lifetime is not None:
                 if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
-                    checkpoint(epoch, step)
+                    checkpoint(epoch, step, ckpt.CONTINUATION_SLOT)
                     comm.finish(early=True)
                     return {"rank": rank, "status": "continued", "epoch": epoch, "step": step}
-                if progress() - last_checkpoint >= lifetime.checkpoint_every:
-                    checkpoint(epoch, step)
-                    last_checkpoint = progress()
+                if periodic and progress() >= due:
+                    checkpoint(epoch, step, ckpt.periodic_slot(progress(), every))
+                    due = (progress() // every + 1) * every
             step_started = time.perf_counter()
             state.step(X[rows], y[rows])
             slowest_step = max(slowest_step, time.perf_counter() - step_started)
@@ -281,6 +290,8 @@ def _run_worker(
             report["test_loss"] = model.mean_loss(params, *test)
             if model.supervised:
                 report["test_accuracy"] = model.accuracy(params, *test)
+                report["classes"] = manifest.n_classes
+                report["majority_accuracy"] = _majority_share(test[1])
     final = snapshot(spec.epochs, 0)
     assert final.times is not None and final.traffic is not None
     report["times"] = {
@@ -291,6 +302,6 @@ def _run_worker(
         "total_s": final.times["total_s"],
     }
     report["channel"] = {**final.traffic, **per_round(final.traffic, comm.round)}
-    if lifetime is not None:
+    if lifetime is not None and lifetime.on_lambda:
         report["billed"] = final.billed
     return report

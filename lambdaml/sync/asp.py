@@ -56,9 +56,12 @@ class UpdateLog:
     #: a whole window (on S3 every key asked for is a GET).
     MAX_WINDOW = 16
 
-    def __init__(self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float) -> None:
+    def __init__(
+        self, channel: Channel, job_id: str, rank: int, world_size: int, timeout_s: float, attempt: int = 1
+    ) -> None:
         self.channel = channel
         self.job_id = job_id
+        self.attempt = attempt
         self.rank = rank
         self.world_size = world_size
         self.timeout_s = timeout_s
@@ -71,7 +74,7 @@ class UpdateLog:
     def append(self, payload: bytes) -> bytes | None:
         """Write this rank's next update; when replaying one already written, return that instead."""
         self.pushed += 1
-        key = keys.asp_rank_update(self.job_id, self.rank, self.pushed)
+        key = keys.asp_rank_update(self.job_id, self.rank, self.pushed, self.attempt)
         self.applied_from[self.rank] = self.pushed
         if self.replaying:
             written = self.channel.get_many([key]).get(key)
@@ -90,7 +93,7 @@ class UpdateLog:
         while ranks:
             probes = {
                 r: [
-                    keys.asp_rank_update(self.job_id, r, self.applied_from[r] + i)
+                    keys.asp_rank_update(self.job_id, r, self.applied_from[r] + i, self.attempt)
                     for i in range(1, self._window[r] + 1)
                 ]
                 for r in ranks
@@ -121,7 +124,7 @@ class UpdateLog:
         for writer in range(self.world_size):
             horizon = min(int(c[writer]) for c in cursors)
             first = self.deleted_upto[writer] + 1
-            stale += [keys.asp_rank_update(self.job_id, writer, s) for s in range(first, horizon + 1)]
+            stale += [keys.asp_rank_update(self.job_id, writer, s, self.attempt) for s in range(first, horizon + 1)]
             self.deleted_upto[writer] = max(self.deleted_upto[writer], horizon)
         if stale:
             self.channel.delete(stale)
@@ -137,7 +140,7 @@ class AsyncUpdates:
     def __init__(self, comm: ChannelCommunicator, *, staleness: int | None = None) -> None:
         self.comm = comm
         self.staleness = staleness
-        self.log = UpdateLog(comm.channel, comm.job_id, comm.rank, comm.world_size, comm.timeout_s)
+        self.log = UpdateLog(comm.channel, comm.job_id, comm.rank, comm.world_size, comm.timeout_s, comm.attempt)
         self.staleness_seen: list[int] = []
         self.ssp_wait_s = 0.0
         # Set on Lambda: publish the read position of the last checkpoint, not the live one,
@@ -197,13 +200,15 @@ class AsyncUpdates:
     def _housekeeping(self) -> None:
         channel, job = self.comm.channel, self.comm.job_id
         cursor = self._checkpointed_cursor if self.resumable else self.log.cursor()
-        channel.put(keys.asp_cursor(job, self.comm.rank), codec.encode(cursor))
+        channel.put(keys.asp_cursor(job, self.comm.rank, self.comm.attempt), codec.encode(cursor))
         if self.comm.rank == 0:
             self.comm.in_background(self._prune)
 
     def _prune(self) -> None:
         job = self.comm.job_id
-        found = self.comm.channel.get_many([keys.asp_cursor(job, r) for r in range(self.comm.world_size)])
+        found = self.comm.channel.get_many(
+            [keys.asp_cursor(job, r, self.comm.attempt) for r in range(self.comm.world_size)]
+        )
         if len(found) == self.comm.world_size:
             self.log.prune([codec.decode(raw, dtype=np.int64) for raw in found.values()])
 
@@ -215,8 +220,10 @@ class AsyncUpdates:
         started = time.perf_counter()
         try:
             job = self.comm.job_id
-            self.comm.channel.put(keys.asp_done(job, self.comm.rank), codec.encode(np.array([self.log.pushed])))
-            done_keys = [keys.asp_done(job, r) for r in range(self.comm.world_size)]
+            self.comm.channel.put(
+                keys.asp_done(job, self.comm.rank, self.comm.attempt), codec.encode(np.array([self.log.pushed]))
+            )
+            done_keys = [keys.asp_done(job, r, self.comm.attempt) for r in range(self.comm.world_size)]
             done = self.comm.channel.wait_for(done_keys, self.comm.timeout_s)
             totals = [int(codec.decode(done[k], dtype=np.int64)[0]) for k in done_keys]
             total = np.zeros_like(like)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from lambdaml import cli, codec, keys
+from lambdaml import cli, codec, keys, seal
 from lambdaml.channels import Channel, open_channel
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
@@ -23,6 +23,7 @@ from lambdaml.runtime import lambda_handlers
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec
 from tests.integration.test_lambda_runtime import FakeContext
+from tests.lambda_harness import claimed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,11 +80,18 @@ def test_cli_run_stops_with_one_line_and_writes_no_nan(
     assert code != 0
     assert len(err) == 1 and "diverged" in err[0] and "learning rate" in err[0], err
     # The channel carried real rounds, and every value on it was finite.
-    tensors = [codec.decode(data) for key, data in written if data[:4] == codec.MAGIC]
+    tensors = [
+        codec.decode(data[seal.OVERHEAD :])
+        for key, data in written
+        if data[: seal.OVERHEAD][:4] == seal.MAGIC and data[seal.OVERHEAD : seal.OVERHEAD + 4] == codec.MAGIC
+    ]
     assert len(tensors) >= 10
     assert all(np.isfinite(t).all() for t in tensors)
-    # No model, no result: only the job's spec was written to the data bucket.
-    assert job_objects(store, "div-cli") == [keys.job_spec("div-cli")]
+    # No model, no result: only the job's records (its claim, attempt and failed state).
+    written_keys = job_objects(store, "div-cli")
+    assert keys.job_model("div-cli") not in written_keys and keys.job_result("div-cli") not in written_keys
+    assert {keys.job_spec("div-cli"), keys.job_status("div-cli")} <= set(written_keys)
+    assert get_json(store, keys.job_status("div-cli"))["state"] == "failed"
     assert not (tmp_path / "results").exists()
 
 
@@ -93,11 +101,11 @@ def test_lambda_job_status_says_diverged_and_the_channel_is_left_clean(
     storage, store = dataset
     job: JobSpec = parse_job(job_data(storage, channel_spec("redis", services).model_dump()))
     job_id = "div-lambda"
-    lambda_handlers._set_status(store, job_id, "running")
+    attempt = claimed(store, job, job_id)
     answers: dict[int, dict[str, Any]] = {}
 
     def invoke(rank: int) -> None:
-        event = lambda_handlers.worker_event(job, job_id, rank, "worker")
+        event = lambda_handlers.worker_event(job, attempt, rank, "worker")
         answers[rank] = lambda_handlers.work(event, FakeContext("worker", 10**9))
 
     threads = [threading.Thread(target=invoke, args=(rank,)) for rank in range(job.workers)]
@@ -112,7 +120,7 @@ def test_lambda_job_status_says_diverged_and_the_channel_is_left_clean(
     assert {a["status"] for a in answers.values()} == {"failed"}
     assert keys.job_model(job_id) not in store.list(f"jobs/{job_id}/")
     for rank in range(job.workers):  # no heartbeat ever carried a NaN loss
-        beat = store.get_many([keys.worker_heartbeat(job_id, rank)])
+        beat = store.get_many([keys.worker_heartbeat(job_id, 1, rank)])
         assert all(np.isfinite(get_json(store, k)["loss"]) for k in beat)
     with open_channel(job.channel) as channel:
         assert channel.list(keys.comm_prefix(job_id)) == []

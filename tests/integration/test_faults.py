@@ -25,11 +25,12 @@ from lambdaml.errors import JobFailed
 from lambdaml.local import services as local_services
 from lambdaml.models import MODELS
 from lambdaml.models.linear import LogisticRegression
-from lambdaml.runtime import lambda_handlers
+from lambdaml.runtime import lambda_handlers, records
 from lambdaml.runtime.job import run_job
-from lambdaml.storage import get_json, put_json
+from lambdaml.runtime.records import Attempt
+from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec, unique_name
-from tests.lambda_harness import FakeContext, ThreadInvoker, invoker, model, prepare_dataset, start
+from tests.lambda_harness import FakeContext, ThreadInvoker, claimed, invoker, model, prepare_dataset, sent_event, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -71,26 +72,50 @@ def assert_no_keys_left(channel: ChannelSpec, job_id: str) -> None:
         assert opened.list(keys.comm_prefix(job_id)) == [], "the job left keys on its channel"
 
 
-def kill_after(channel: Channel, requests: int, killed: list[int]) -> None:
-    """Make the channel's client die (as its process would) at its ``requests``-th request."""
+#: A worker's data operations: every write, and every wait for other ranks' values. Their
+#: sequence is fixed by the job (polls are not counted: how many a wait takes depends on timing).
+DATA_OPERATIONS = ("put_many", "wait_for")
+#: Data operations per round of one rank under each pattern (AllReduce: a put and a wait;
+#: ScatterReduce: the pieces, the wait for mine, my merged chunk, the wait for the others').
+OPERATIONS_PER_ROUND = {"allreduce": 2, "scatter_reduce": 4}
+ROUNDS_PER_EPOCH = 8  # 960 training rows over 3 workers, batches of 40
+
+
+def kill_after(channel: Channel, operations: int, killed: list[int]) -> None:
+    """Make the channel's client die (as its process would) at its ``operations``-th data operation.
+
+    From then on every request of the client fails, background deletes included.
+    """
     count = 0
+    dead = False
     lock = threading.Lock()
 
-    def dying(call: Callable[..., Any]) -> Callable[..., Any]:
-        def request(*args: Any) -> Any:
-            nonlocal count
+    def counted(call: Callable[..., Any]) -> Callable[..., Any]:
+        def operation(*args: Any, **kwargs: Any) -> Any:
+            nonlocal count, dead
             with lock:
                 count += 1
-                if count == requests:
+                if count == operations:
                     killed.append(count)
-                if count >= requests:
-                    raise RuntimeError(f"killed at request {requests}")
-            return call(*args)
+                    dead = True
+                if dead:
+                    raise RuntimeError(f"killed at data operation {operations}")
+            return call(*args, **kwargs)
 
-        return request
+        return operation
 
-    for name in ("_put", "_put_batch", "_get", "_get_many"):
-        setattr(channel, name, dying(getattr(channel, name)))
+    def request(call: Callable[..., Any]) -> Callable[..., Any]:
+        def raw(*args: Any, **kwargs: Any) -> Any:
+            if dead:
+                raise RuntimeError(f"killed at data operation {operations}")
+            return call(*args, **kwargs)
+
+        return raw
+
+    for name in DATA_OPERATIONS:
+        setattr(channel, name, counted(getattr(channel, name)))
+    for name in ("_put", "_put_batch", "_get", "_get_many", "_list", "_delete"):
+        setattr(channel, name, request(getattr(channel, name)))
 
 
 def worker_with_channel(
@@ -136,8 +161,11 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     channel = channel_spec(kind, services)
     pattern = rng.choice(["allreduce", "scatter_reduce"])
     job = make_job(spec, channel, sync={"pattern": pattern}, runtime={"checkpoint_every": rng.choice([2, 3, 5])})
-    victim, at = rng.randrange(WORKERS), rng.randrange(2, 40)
     calls = rng.choice([10**9, 7])  # with or without continuations too
+    # A point the victim's first invocation reaches whatever the timing: with continuations
+    # it runs 6 steps (the 7th look at the clock says time is up), else the whole 2 epochs.
+    rounds = 6 if calls == 7 else 2 * ROUNDS_PER_EPOCH
+    victim, at = rng.randrange(WORKERS), rng.randrange(1, rounds * OPERATIONS_PER_ROUND[pattern] + 1)
     job_id = run_killing(job, channel, victim, at, calls=calls)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
@@ -171,7 +199,8 @@ def test_asp_worker_killed_at_a_random_request_resumes_near_the_fault_free_loss(
     spec, store = storage
     channel = channel_spec(("redis", "memcached")[seed % 2], services)
     job = asp_job(spec, channel)
-    job_id = run_killing(job, channel, victim=rng.randrange(WORKERS), at=rng.randrange(5, 60))
+    # ASP writes one update a step (and its read position every 16): 32 steps give 34 writes.
+    job_id = run_killing(job, channel, victim=rng.randrange(WORKERS), at=rng.randrange(2, 33))
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     result = get_json(store, keys.job_result(job_id))
     lowest, highest = asp_fault_free
@@ -195,7 +224,7 @@ def test_cache_restarted_mid_job_ends_clearly_within_the_timeout(
     began = time.monotonic()
     try:
         job_id = start(job, lam)
-        store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=60)  # mid-job: an epoch is done
+        store.wait_for([keys.worker_heartbeat(job_id, 1, 0)], timeout=60)  # mid-job: an epoch is done
         server.stop()
         server = start_server(port=server.port)
         lam.join(timeout=60)
@@ -219,7 +248,7 @@ def test_channel_s3_stopped_mid_job_fails_clearly_within_the_timeout(storage: tu
     began = time.monotonic()
     try:
         job_id = start(job, lam)
-        store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=60)
+        store.wait_for([keys.worker_heartbeat(job_id, 1, 0)], timeout=60)
     finally:
         moto.stop()
     lam.join(timeout=90)
@@ -311,7 +340,7 @@ def test_out_of_order_and_late_duplicate_invocations_do_not_corrupt_the_model(
     np.testing.assert_array_equal(model(store, job_id), fault_free)
 
     # A duplicate delivered after the job finished does nothing.
-    lam.invoke_async("worker", lambda_handlers.worker_event(job, job_id, 1, "worker"))
+    lam.invoke_async("worker", sent_event(lam, 1))
     lam.join()
     assert lam.outcomes[-1]["status"] == "skipped: job succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
@@ -327,17 +356,17 @@ def test_a_duplicate_that_ends_after_the_job_succeeded_leaves_no_keys_and_the_jo
     channel = channel_spec("memcached", services)
     job = make_job(spec, channel)
     job_id = unique_name("late-dup")
-    put_json(store, keys.job_status(job_id), {"job_id": job_id, "state": "running"})
+    attempt = claimed(store, job, job_id)
 
-    def duplicate_rank(job: JobSpec, job_id: str, rank: int, **_: Any) -> dict[str, Any]:
-        lambda_handlers._set_status(store, job_id, "succeeded")  # rank 0 finished meanwhile
+    def duplicate_rank(job: JobSpec, attempt: Attempt, rank: int, **_: Any) -> dict[str, Any]:
+        records.set_status(store, job_id, attempt.number, "succeeded")  # rank 0 finished meanwhile
         with open_channel(job.channel) as opened:
-            opened.put(keys.barrier_key(job_id, "end", rank), b"1")  # as its finish() does
+            opened.put(keys.barrier_key(job_id, "end", rank, attempt.number), b"1")  # as its finish() does
         if outcome == "fails":
             raise JobFailed("timed out waiting for keys the job already removed")
         return {"rank": rank, "status": "done"}
 
     monkeypatch.setattr(lambda_handlers, "run_worker", duplicate_rank)
-    lambda_handlers.work(lambda_handlers.worker_event(job, job_id, 2, "worker"), FakeContext("worker", 10**9))
+    lambda_handlers.work(lambda_handlers.worker_event(job, attempt, 2, "worker"), FakeContext("worker", 10**9))
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     assert_no_keys_left(channel, job_id)

@@ -142,8 +142,8 @@ def test_a_worker_error_fails_the_job_with_its_message(
     # A shard that vanishes after the preflight: only rank 3 finds out, inside torchrun.
     spec, store = data_store
     X, y, _ = synthetic.higgs_like(400, seed=1)
-    shards.prepare(store, "iaas-gone", X, y, shards=WORKERS, test_fraction=0.0, seed=0)
+    manifest = shards.prepare(store, "iaas-gone", X, y, shards=WORKERS, test_fraction=0.0, seed=0)
     job = job_for(spec, services, "iaas-gone")
-    store.delete([keys.dataset_shard("iaas-gone", 3)])
+    store.delete([keys.dataset_shard("iaas-gone", manifest.dataset_version, 3)])
     with pytest.raises(JobFailed, match=r"worker 3 failed:.*iaas-gone"):
         run_job(job, backend="iaas-local", results_dir=tmp_path)

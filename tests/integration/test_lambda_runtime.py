@@ -17,7 +17,7 @@ from lambdaml.runtime import lambda_handlers
 from lambdaml.runtime.job import run_job
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec
-from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, start
+from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, sent_event, start
 
 WORKERS = 3
 
@@ -103,7 +103,7 @@ def test_duplicate_invocation_of_a_rank_does_not_corrupt_the_result(
     lam = invoker()
     job = make_job(spec, services)
     job_id = start(job, lam)
-    lam.invoke_async("worker", lambda_handlers.worker_event(job, job_id, 2, "worker"))  # delivered twice
+    lam.invoke_async("worker", sent_event(lam, 2))  # delivered twice
     lam.join()
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     np.testing.assert_array_equal(model(store, job_id), uninterrupted)
@@ -135,7 +135,7 @@ def test_cancel_stops_a_running_job_and_leaves_its_status(
     job = make_job(spec, services, timeout_s=3)
     job = job.model_copy(update={"algorithm": job.algorithm.model_copy(update={"epochs": 200})})
     job_id = start(job, lam)
-    store.wait_for([keys.worker_heartbeat(job_id, 0)], timeout=30)  # cancel a job that is training
+    store.wait_for([keys.worker_heartbeat(job_id, 1, 0)], timeout=30)  # cancel a job that is training
     answer = lambda_handlers.coordinate(
         {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")},
         FakeContext("coordinator", 10**9),
@@ -166,7 +166,7 @@ def test_coordinator_resumes_a_worker_aws_gave_up_on_then_fails_the_job(
     gave_up = {
         "version": "1.0",
         "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
-        "requestPayload": lambda_handlers.worker_event(job, job_id, 1, "worker", invocation=2),
+        "requestPayload": {**sent_event(lam, 1), "invocation": 2},
     }
     answer = lambda_handlers.coordinate(gave_up, FakeContext("coordinator", 10**9), invoker=lam)
     assert answer == {"job_id": job_id, "state": "running", "resumed_rank": 1}

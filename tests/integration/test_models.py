@@ -62,7 +62,7 @@ def test_svm_on_breast_cancer(algorithm: str, services: Services, storage: tuple
     pytest.importorskip("sklearn")
     spec, store = storage
     X, y, _ = builtin.load_builtin("breast_cancer")
-    shards.prepare(store, "cancer", X, y, shards=WORKERS, test_fraction=0.25, seed=1)
+    shards.prepare(store, "cancer", X, y, shards=WORKERS, test_fraction=0.25, seed=1, overwrite=True)
     result = run(
         spec,
         channel_spec("memcached", services),

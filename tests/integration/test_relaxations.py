@@ -30,7 +30,7 @@ from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.models.linear import LogisticRegression
 from lambdaml.runtime.job import run_job
 from lambdaml.runtime.worker import Lifetime, run_worker
-from tests.helpers import Services, channel_spec, unique_name
+from tests.helpers import Services, channel_spec, first_attempt, unique_name
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -207,6 +207,7 @@ def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_to_the_same_model(
     spec = job(store[0], "small", {**SMALL, **algorithm}, runtime={"checkpoint_every": 4, "margin_s": 0})
     _, reference = run(store, "small", {**SMALL, **algorithm})
     shared, job_id = MemoryChannel(), unique_name("resume")
+    attempt = first_attempt(store[1], spec, job_id)
 
     def rank_main(rank: int) -> dict[str, Any]:
         calls = itertools.count(1)  # the worker asks for its remaining time before every step
@@ -219,7 +220,7 @@ def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_to_the_same_model(
         while True:
             lifetime = Lifetime(remaining_s=remaining_s, margin_s=0, checkpoint_every=4)
             try:
-                report = run_worker(spec, job_id, rank, channel=shared, store=store[1], lifetime=lifetime)
+                report = run_worker(spec, attempt, rank, channel=shared, store=store[1], lifetime=lifetime)
             except RuntimeError:
                 continue  # AWS retries the invocation; it resumes from the checkpoint
             if report["status"] == "done":

@@ -25,7 +25,7 @@ from analytic_model.model import (
 )
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
-from lambdaml import codec
+from lambdaml import codec, seal
 from lambdaml.channels import CHANNELS, memcached
 from lambdaml.channels.base import Backoff
 from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
@@ -80,7 +80,7 @@ def test_defaults_agree_with_the_code_they_describe() -> None:
         backoff.factor,
         backoff.max_s,
     )
-    assert profile.number("codec_header_bytes") == len(codec.encode(np.zeros(0)))
+    assert profile.number("codec_header_bytes") == len(codec.encode(np.zeros(0))) + seal.OVERHEAD
     assert profile.channel("memcached").max_item_bytes == memcached.DEFAULT_MAX_ITEM_BYTES
     assert profile.channel("dynamodb").max_item_bytes == DYNAMODB_ITEM
     assert profile.channel("dynamodb").get_batch == GET_BATCH
@@ -151,7 +151,7 @@ def test_request_counts_and_bytes_match_the_patterns(pattern: str, world: int) -
             "deletes": sum(v.stats.deletes for v in views),
         }
     per_round = {k: (stats[3][k] - stats[1][k]) / 2 for k in stats[1]}
-    header = len(codec.encode(np.zeros(0)))
+    header = len(codec.encode(np.zeros(0))) + seal.OVERHEAD
     value = d * 8 + header if pattern == "allreduce" else d * 8 / world + header
     model = pattern_requests(pattern, world, value)
     assert per_round["puts"] == model.puts

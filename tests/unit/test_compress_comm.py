@@ -199,7 +199,7 @@ def test_ring_ranks_read_only_their_neighbours_and_old_rounds_go(world: int) -> 
             assert sorted(messages) == neighbours
             for j, message in messages.items():
                 np.testing.assert_array_equal(message["value"], [j, t])
-        ring_reads = {keys.parse_comm_key(k).rank for k in comms[rank].channel.read if "/ring/" in k}  # type: ignore[attr-defined]
+        ring_reads = {keys.parse_comm_key(k).rank for k in comms[rank].channel.inner.read if "/ring/" in k}  # type: ignore[attr-defined]
         assert ring_reads == set(neighbours), f"rank {rank} read {sorted(ring_reads)}"
     if world > 1:
         # The channel holds a few recent rounds at most, and nothing after the job.
@@ -293,7 +293,7 @@ def test_a_run_resumed_from_state_dicts_ends_exactly_where_an_uninterrupted_one_
     saved = [s.state_dict() for s in interrupted]
     for comm in first:
         comm.finish(early=True)
-    store = first[0].channel
+    store = first[0].channel.inner  # type: ignore[attr-defined]  # under the seal
     assert isinstance(store, MemoryView)
     shared = MemoryChannel()
     shared._data, shared._lock = store._data, store._lock

@@ -14,6 +14,7 @@ from lambdaml.data import batches, shards
 from lambdaml.data.formats import load_csv, load_libsvm
 from lambdaml.data.synthetic import HIGGS_FEATURES, higgs_like
 from lambdaml.errors import DataError
+from tests.helpers import vouched_shard
 
 
 def write(tmp_path: Path, text: str, name: str = "data.txt") -> Path:
@@ -318,7 +319,7 @@ def test_prepare_without_test_split(store: MemoryChannel) -> None:
     manifest = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0)
     assert manifest.test_rows == 0
     assert shards.load_test(store, manifest) is None
-    assert keys.dataset_test("toy") not in store.list(keys.dataset_prefix("toy"))
+    assert keys.dataset_test("toy", manifest.dataset_version) not in store.list(keys.dataset_prefix("toy"))
 
 
 def test_prepare_rejects_bad_input(store: MemoryChannel) -> None:
@@ -346,7 +347,10 @@ def test_worker_reads_strided_shards(store: MemoryChannel) -> None:
     manifest = shards.prepare(store, "toy", X, y, shards=6, test_fraction=0.0)
     assert shards.shards_of_worker(manifest, 1, 3) == [1, 4]
     Xw, _ = shards.load_worker_data(store, manifest, 1, 3)
-    expected = np.concatenate([codec.decode_bundle(store.get(keys.dataset_shard("toy", i)))["X"] for i in (1, 4)])
+    version = manifest.dataset_version
+    expected = np.concatenate(
+        [codec.decode_bundle(store.get(keys.dataset_shard("toy", version, i)))["X"] for i in (1, 4)]
+    )
     np.testing.assert_array_equal(Xw, expected)
 
 
@@ -361,8 +365,8 @@ def test_missing_dataset_says_not_found(store: MemoryChannel) -> None:
 def test_missing_shard_is_a_data_error(store: MemoryChannel) -> None:
     X, y = make_rows(n=20)
     manifest = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0)
-    store.delete([keys.dataset_shard("toy", 1)])
-    with pytest.raises(DataError, match="missing datasets/toy/shards/00001"):
+    store.delete([keys.dataset_shard("toy", manifest.dataset_version, 1)])
+    with pytest.raises(DataError, match=f"missing datasets/toy/v/{manifest.dataset_version}/shards/00001"):
         shards.load_worker_data(store, manifest, 1, 2)
 
 
@@ -370,7 +374,7 @@ def test_missing_shard_is_a_data_error(store: MemoryChannel) -> None:
 def test_corrupted_shard_is_a_data_error(store: MemoryChannel, where: int) -> None:
     X, y = make_rows(n=40)
     manifest = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0)
-    key = keys.dataset_shard("toy", 0)
+    key = keys.dataset_shard("toy", manifest.dataset_version, 0)
     raw = bytearray(store.get(key))
     raw[where] ^= 0x01
     store.put(key, bytes(raw))
@@ -383,29 +387,43 @@ def test_corrupted_shard_is_a_data_error(store: MemoryChannel, where: int) -> No
 def test_shard_of_the_wrong_shape_is_a_data_error(store: MemoryChannel) -> None:
     X, y = make_rows(n=20)
     manifest = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0)
-    key = keys.dataset_shard("toy", 0)
-    store.put(key, codec.encode_bundle({"X": X[:3], "y": y[:3]}))
     with pytest.raises(DataError, match="expected float32 \\(10, 4\\)"):
-        shards.load_worker_data(store, manifest, 0, 2)
-    store.put(key, codec.encode_bundle({"X": X[:10]}))
+        shards.load_worker_data(
+            store, vouched_shard(store, manifest, 0, codec.encode_bundle({"X": X[:3], "y": y[:3]})), 0, 2
+        )
     with pytest.raises(DataError, match="no 'y' array"):
-        shards.load_worker_data(store, manifest, 0, 2)
+        shards.load_worker_data(store, vouched_shard(store, manifest, 0, codec.encode_bundle({"X": X[:10]})), 0, 2)
+
+
+def test_a_shard_that_is_not_the_one_the_manifest_describes_is_refused_by_name(store: MemoryChannel) -> None:
+    """A well-formed shard of another version (a mixed dataset) fails its manifest's hash."""
+    X, y = make_rows(n=20)
+    old = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0, seed=1)
+    new = shards.prepare(store, "toy", X, y, shards=2, test_fraction=0.0, seed=2, overwrite=True)
+    foreign = store.get(keys.dataset_shard("toy", old.dataset_version, 0))
+    store.put(keys.dataset_shard("toy", new.dataset_version, 0), foreign)
+    with pytest.raises(DataError) as info:
+        shards.load_worker_data(store, new, 0, 2)
+    assert keys.dataset_shard("toy", new.dataset_version, 0) in str(info.value) and "\n" not in str(info.value)
+    shards.load_worker_data(store, new, 1, 2)
 
 
 def test_manifest_that_is_not_a_manifest(store: MemoryChannel) -> None:
-    store.put(keys.dataset_manifest("toy"), b'{"name": "toy"}')
+    store.put(keys.dataset_current("toy"), b'{"version": "v1"}')
+    store.put(keys.dataset_manifest("toy", "v1"), b'{"name": "toy"}')
     with pytest.raises(DataError, match="not a dataset manifest"):
         shards.read_manifest(store, "toy")
     X, y = make_rows(n=20)
-    shards.prepare(store, "toy2", X, y, shards=2)
-    raw = store.get(keys.dataset_manifest("toy2")).replace(b'"version": 1', b'"version": 99')
-    store.put(keys.dataset_manifest("toy2"), raw)
+    manifest = shards.prepare(store, "toy2", X, y, shards=2)
+    key = keys.dataset_manifest("toy2", manifest.dataset_version)
+    store.put(key, store.get(key).replace(b'"version": 2', b'"version": 99'))
     with pytest.raises(DataError, match="manifest version 99"):
         shards.read_manifest(store, "toy2")
 
 
 def test_manifest_that_is_not_json_is_a_data_error(store: MemoryChannel) -> None:
-    store.put(keys.dataset_manifest("toy"), b"\x00garbage")
+    store.put(keys.dataset_current("toy"), b'{"version": "v1"}')
+    store.put(keys.dataset_manifest("toy", "v1"), b"\x00garbage")
     with pytest.raises(DataError):
         shards.read_manifest(store, "toy")
 

@@ -20,10 +20,23 @@ def test_comm_key_round_trips(job_id: str, rank: int | None, chunk: int | None) 
 
 
 def test_comm_key_layout() -> None:
-    assert keys.comm_key("j_1", 3, "g", rank=2) == "comm/j_1/r000000003/g/p00002"
-    assert keys.comm_key("j_1", 3, "g", rank=None) == "comm/j_1/r000000003/g/m"
-    assert keys.comm_key("j_1", 3, "g", rank=2, chunk=1) == "comm/j_1/r000000003/g/c00001/p00002"
-    assert keys.comm_key("j_1", 3, "g", rank=None, chunk=1) == "comm/j_1/r000000003/g/c00001/m"
+    assert keys.comm_key("j_1", 3, "g", rank=2) == "comm/j_1/a0001/r000000003/g/p00002"
+    assert keys.comm_key("j_1", 3, "g", rank=None) == "comm/j_1/a0001/r000000003/g/m"
+    assert keys.comm_key("j_1", 3, "g", rank=2, chunk=1) == "comm/j_1/a0001/r000000003/g/c00001/p00002"
+    assert keys.comm_key("j_1", 3, "g", rank=None, chunk=1, attempt=12) == "comm/j_1/a0012/r000000003/g/c00001/m"
+
+
+def test_attempts_of_one_job_never_share_a_key() -> None:
+    first, second = (keys.comm_key("j", 3, "g", rank=1, attempt=a) for a in (1, 2))
+    assert first != second
+    assert keys.parse_comm_key(second).attempt == 2
+    assert not second.startswith(keys.comm_prefix("j", 1))
+    assert first.startswith(keys.comm_job_prefix("j")) and second.startswith(keys.comm_job_prefix("j"))
+    assert keys.worker_checkpoint("j", 1, 0, "s0") != keys.worker_checkpoint("j", 2, 0, "s0")
+    assert keys.worker_heartbeat("j", 2, 0).startswith(keys.attempt_prefix("j", 2))
+    for bad in (0, 10_000, True, "1"):
+        with pytest.raises(ConfigError, match="attempt"):
+            keys.comm_prefix("j", bad)  # type: ignore[arg-type]
 
 
 def test_comm_keys_live_under_their_round_and_job_prefix() -> None:
@@ -77,7 +90,9 @@ def test_invalid_names_raise_config_error(name: str) -> None:
     with pytest.raises(ConfigError, match="invalid job id"):
         keys.comm_key(name, 1, "g", rank=0)
     with pytest.raises(ConfigError, match="invalid dataset name"):
-        keys.dataset_shard(name, 0)
+        keys.dataset_shard(name, "v1", 0)
+    with pytest.raises(ConfigError, match="invalid dataset version"):
+        keys.dataset_shard("d", name, 0)
     with pytest.raises(ConfigError, match="invalid tag"):
         keys.comm_key("job", 1, name, rank=0)
 
@@ -107,10 +122,11 @@ def test_trailing_newline_is_rejected() -> None:
 
 
 def test_dataset_and_job_keys() -> None:
-    assert keys.dataset_manifest("higgs") == "datasets/higgs/manifest.json"
-    assert keys.dataset_shard("higgs", 3) == "datasets/higgs/shards/00003"
-    assert keys.dataset_test("higgs") == "datasets/higgs/test"
-    shards = [keys.dataset_shard("higgs", i) for i in (0, 1, 9, 10, 100)]
+    assert keys.dataset_current("higgs") == "datasets/higgs/current.json"
+    assert keys.dataset_manifest("higgs", "v1") == "datasets/higgs/v/v1/manifest.json"
+    assert keys.dataset_shard("higgs", "v1", 3) == "datasets/higgs/v/v1/shards/00003"
+    assert keys.dataset_test("higgs", "v1") == "datasets/higgs/v/v1/test"
+    shards = [keys.dataset_shard("higgs", "v1", i) for i in (0, 1, 9, 10, 100)]
     assert sorted(shards) == shards
     assert keys.job_spec("j") == "jobs/j/spec.json"
     assert keys.job_result("j") == "jobs/j/result.json"
@@ -119,7 +135,7 @@ def test_dataset_and_job_keys() -> None:
 
 def test_barrier_keys_are_in_the_job_namespace_but_not_comm_keys() -> None:
     barrier = keys.barrier_key("job_1", "start", 3)
-    assert barrier == "comm/job_1/barrier/start/p00003"
+    assert barrier == "comm/job_1/a0001/barrier/start/p00003"
     assert barrier.startswith(keys.comm_prefix("job_1"))
     with pytest.raises(ValueError):
         keys.parse_comm_key(barrier)
@@ -136,7 +152,7 @@ def test_chunk_part_helpers() -> None:
     assert sorted(parts) == parts
     assert all(keys.is_chunk_part(p) for p in parts)
     assert not keys.is_chunk_part(key)
-    assert not keys.is_chunk_part(keys.dataset_shard("d", 1))
+    assert not keys.is_chunk_part(keys.dataset_shard("d", "v", 1))
     # a valid name can never contain the chunk mark, so no logical key looks like a part
     with pytest.raises(ConfigError):
         keys.check_name("a~part")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from lambdaml import codec, keys
+from lambdaml import codec, keys, seal
 from lambdaml.channels.base import Channel
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.comm.channel import ChannelCommunicator
@@ -24,7 +24,7 @@ from lambdaml.errors import CodecError
 from tests.helpers import unique_name
 
 PATTERNS = ["allreduce", "scatter_reduce"]
-HEADER = 24 + 8  # codec header plus the shape of a 1-d tensor
+HEADER = 24 + 8 + seal.OVERHEAD  # codec header, the shape of a 1-d tensor, and the seal binding it to its key
 
 
 class MemoryView(MemoryChannel):
@@ -243,7 +243,8 @@ def test_a_corrupt_or_mismatched_value_raises_codec_error(pattern: str, damage: 
         "shape": codec.encode(np.zeros(size + 1, np.float32)),
         "bit flip": codec.encode(np.zeros(size, np.float32))[:-1] + b"\x01",
     }[damage]
-    store.put(comm.key(0, tag, rank=1, chunk=chunk), value)
+    key = comm.key(0, tag, rank=1, chunk=chunk)
+    store.put(key, seal.Sealer().seal(key, value))  # in its place: the codec is what must refuse it
     expected = {"dtype": "dtype", "shape": "shape", "bit flip": "checksum"}[damage]
     with pytest.raises(CodecError, match=expected):
         comm.allreduce(np.zeros(4, np.float32))

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from lambdaml import codec
+from lambdaml import codec, keys
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.config import parse_job, read_job_file
 from lambdaml.data import formats, shards
@@ -309,8 +309,19 @@ def test_manifest_reader_refuses_anything_malformed(manifest: Any) -> None:
 )
 def test_shard_loader_refuses_anything_malformed(arrays: dict[str, np.ndarray], fmt: str) -> None:
     store = MemoryChannel()
-    manifest = shards.Manifest(name="d", n_features=3, shard_rows=[4], test_rows=0, created=0.0, format=fmt)
-    store.put("datasets/d/shard-00000", codec.encode_bundle(arrays))
+    bundle = codec.encode_bundle(arrays)
+    manifest = shards.Manifest(
+        name="d",
+        n_features=3,
+        shard_rows=[4],
+        test_rows=0,
+        created=0.0,
+        dataset_version="v1",
+        shard_bytes=[len(bundle)],
+        shard_hashes=[shards.content_hash(bundle)],  # vouched for: the decoder is what must refuse it
+        format=fmt,
+    )
+    store.put(keys.dataset_shard("d", "v1", 0), bundle)
     try:
         X, y = shards.load_worker_data(store, manifest, 0, 1)
     except DataError as exc:

@@ -15,6 +15,7 @@ from lambdaml.data.sparse import CSRMatrix, require_dense
 from lambdaml.data.synthetic import RCV1_FEATURES, rcv1_like
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.linear import LinearSVM, LogisticRegression
+from tests.helpers import first_attempt, vouched_shard
 
 
 def random_dense(n: int = 30, d: int = 12, density: float = 0.3, seed: int = 0) -> np.ndarray:
@@ -193,7 +194,7 @@ def test_csr_shards_round_trip(store: MemoryChannel) -> None:
     manifest = shards.prepare(store, "sparse", CSRMatrix.from_dense(X), y, shards=4, test_fraction=0.2, seed=3)
     assert manifest.format == "csr" and manifest.n_features == 9 and manifest.n_classes == 2
     assert shards.read_manifest(store, "sparse") == manifest
-    raw = codec.decode_bundle(store.get(keys.dataset_shard("sparse", 0)))
+    raw = codec.decode_bundle(store.get(keys.dataset_shard("sparse", manifest.dataset_version, 0)))
     assert set(raw) == {"indptr", "indices", "data", "shape", "y"}
     # the same split as a dense dataset with the same seed
     dense = shards.prepare(store, "dense", X, y, shards=4, test_fraction=0.2, seed=3)
@@ -214,13 +215,13 @@ def test_corrupt_csr_shard_is_a_data_error(store: MemoryChannel, where: str) -> 
     """A shard whose arrays pass the checksum but break CSR invariants (a buggy writer) is refused."""
     X, y = random_dense(n=20), np.zeros(20, dtype=np.float32)
     manifest = shards.prepare(store, "bad", CSRMatrix.from_dense(X), y, shards=2, test_fraction=0.0)
-    key = keys.dataset_shard("bad", 0)
+    key = keys.dataset_shard("bad", manifest.dataset_version, 0)
     bundle = dict(codec.decode_bundle(store.get(key)))
     if where == "indices":
         bundle["indices"] = bundle["indices"] + np.int32(100)
     else:
         bundle["indptr"] = bundle["indptr"][::-1].copy()
-    store.put(key, codec.encode_bundle(bundle))
+    manifest = vouched_shard(store, manifest, 0, codec.encode_bundle(bundle))
     with pytest.raises(DataError) as info:
         shards.load_worker_data(store, manifest, 0, 2)
     assert key in str(info.value)
@@ -230,21 +231,21 @@ def test_corrupt_csr_shard_is_a_data_error(store: MemoryChannel, where: str) -> 
 def test_flipped_byte_in_a_csr_shard_is_a_data_error(store: MemoryChannel) -> None:
     X, y = random_dense(n=20), np.zeros(20, dtype=np.float32)
     manifest = shards.prepare(store, "flip", CSRMatrix.from_dense(X), y, shards=2, test_fraction=0.0)
-    key = keys.dataset_shard("flip", 1)
+    key = keys.dataset_shard("flip", manifest.dataset_version, 1)
     raw = bytearray(store.get(key))
     raw[-3] ^= 0x10
     store.put(key, bytes(raw))
-    with pytest.raises(DataError, match="checksum"):
+    with pytest.raises(DataError, match="not the shard its manifest describes"):
         shards.load_worker_data(store, manifest, 1, 2)
+    with pytest.raises(DataError, match="checksum"):  # and where the manifest vouches for it, the codec catches it
+        shards.load_worker_data(store, vouched_shard(store, manifest, 1, bytes(raw)), 1, 2)
 
 
 def test_csr_shard_with_the_wrong_width_is_a_data_error(store: MemoryChannel) -> None:
     X, y = random_dense(n=20), np.zeros(20, dtype=np.float32)
     manifest = shards.prepare(store, "wide", CSRMatrix.from_dense(X), y, shards=2, test_fraction=0.0)
-    store.put(
-        keys.dataset_shard("wide", 0),
-        codec.encode_bundle({**CSRMatrix.from_dense(X[:10, :5]).to_bundle(), "y": y[:10]}),
-    )
+    bundle = codec.encode_bundle({**CSRMatrix.from_dense(X[:10, :5]).to_bundle(), "y": y[:10]})
+    manifest = vouched_shard(store, manifest, 0, bundle)
     with pytest.raises(DataError, match=r"expected \(10, 12\)"):
         shards.load_worker_data(store, manifest, 0, 2)
 
@@ -305,9 +306,10 @@ def train_two_workers(store: MemoryChannel, dataset: str, model_name: str) -> tu
     )
     channel = MemoryChannel()
     reports: dict[int, dict[str, Any]] = {}
+    attempt = first_attempt(store, job, f"job-{dataset}")
 
     def work(rank: int) -> None:
-        reports[rank] = run_worker(job, f"job-{dataset}", rank, channel=channel, store=store)
+        reports[rank] = run_worker(job, attempt, rank, channel=channel, store=store)
 
     threads = [threading.Thread(target=work, args=(rank,)) for rank in range(2)]
     for thread in threads:

@@ -1,0 +1,78 @@
+"""A channel whose every value is sealed under its key (``lambdaml.seal``).
+
+The communicator wraps the job's channel in one, so every collective, ring exchange,
+ASP update and barrier marker is bound to its key without any of them knowing: a value
+read from the wrong place fails to open instead of training on. Chunking, retries and
+accounting stay the wrapped channel's; the stats are the wrapped channel's own object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from lambdaml.channels.base import Backoff, Channel
+from lambdaml.seal import Sealer
+
+
+class SealedChannel(Channel):
+    """Seals on the way in, opens on the way out; everything else is the wrapped channel's."""
+
+    def __init__(self, inner: Channel, sealer: Sealer) -> None:
+        super().__init__()
+        self.inner = inner
+        self.sealer = sealer
+        self.kind = inner.kind  # type: ignore[misc]  # an instance mirrors the wrapped channel's kind
+        self.stats = inner.stats
+        self.max_item_bytes = inner.max_item_bytes
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    # Raw operations go to the wrapped channel (listing, deleting, clearing stay as they are).
+    def _put(self, key: str, data: bytes) -> None:
+        self.inner._put(key, data)
+
+    def _get(self, key: str) -> bytes:
+        return self.inner._get(key)
+
+    def _list(self, prefix: str) -> Iterable[str]:
+        return self.inner._list(prefix)
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        self.inner._delete(keys)
+
+    def _list_raw(self, prefix: str) -> Sequence[str]:
+        return self.inner._list_raw(prefix)
+
+    def _delete_raw(self, keys: Sequence[str]) -> None:
+        self.inner._delete_raw(keys)
+
+    # Values are sealed and opened around the wrapped channel's rich layer (chunking included).
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
+        return self.inner.put_many([(key, self.sealer.seal(key, bytes(data))) for key, data in items])
+
+    def get(self, key: str) -> bytes:
+        return self.sealer.open(key, self.inner.get(key))
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        return {key: self.sealer.open(key, raw) for key, raw in self.inner.get_many(keys).items()}
+
+    def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
+        found = self.inner.wait_for(keys, timeout, backoff=backoff)
+        return {key: self.sealer.open(key, raw) for key, raw in found.items()}
+
+    def delete(self, keys: Sequence[str]) -> None:
+        self.inner.delete(keys)
+
+    def clear(self, prefix: str) -> int:
+        return self.inner.clear(prefix)
+
+    def ensure(self) -> None:
+        self.inner.ensure()
+
+    def ping(self) -> None:
+        self.inner.ping()
+
+    def close(self) -> None:
+        super().close()
+        self.inner.close()

@@ -1,0 +1,244 @@
+"""A job's records in the data bucket: its claim, its attempts, its state.
+
+A job id is claimed exactly once: the job's spec is written with a conditional put (S3's
+``If-None-Match: *``), before anything runs, so a reused id is refused at once and two
+starts of one id cannot both win. Each run of the job is an attempt, claimed the same way
+(``attempts/aNNNN.json``): it pins the dataset version the job trains on and, for a
+resumed job, the checkpoint round it continues from. Workers of one attempt read and write
+only that attempt's checkpoints, heartbeats, reports and channel keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lambdaml import keys
+from lambdaml.channels import Channel
+from lambdaml.config import JobSpec, parse_job
+from lambdaml.errors import CodecError, ConfigError, KeyNotFound
+from lambdaml.runtime.checkpoint import periodic_rounds
+from lambdaml.storage import get_json, put_json
+
+log = logging.getLogger(__name__)
+
+RUNNING, SUCCEEDED, FAILED, CANCELLED, INTERRUPTED = "running", "succeeded", "failed", "cancelled", "interrupted"
+ENDED = (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed attempt starts: the periodic checkpoint of ``round`` written by attempt ``attempt``."""
+
+    attempt: int
+    round: int
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job, as claimed in ``attempts/aNNNN.json``."""
+
+    job_id: str
+    number: int
+    dataset_version: str
+    started_at: float
+    resume: ResumePoint | None = None
+    nonce: str = ""  # tells this attempt's claim from another's with the same number
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, what: str = "attempt record") -> Attempt:
+        try:
+            resume = data.get("resume")
+            return cls(
+                job_id=keys.check_name(data["job_id"], "job id"),
+                number=int(data["number"]),
+                dataset_version=keys.check_name(data["dataset_version"], "dataset version"),
+                started_at=float(data["started_at"]),
+                resume=None if resume is None else ResumePoint(int(resume["attempt"]), int(resume["round"])),
+                nonce=str(data.get("nonce", "")),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CodecError(f"{what} is malformed: {exc}") from None
+
+
+def spec_hash(job: JobSpec) -> str:
+    """A fingerprint of what a job computes, to tell a resumed job file from a different one."""
+    canonical = json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# --- state ----------------------------------------------------------------------
+
+
+def status(store: Channel, job_id: str) -> dict[str, Any]:
+    """The job's state record; ``{"state": "unknown"}`` when it has none."""
+    try:
+        record: dict[str, Any] = get_json(store, keys.job_status(job_id))
+    except KeyNotFound:
+        return {"job_id": job_id, "state": "unknown"}
+    return record
+
+
+def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: Any) -> None:
+    """Record a state of ``attempt``; a later attempt's record is never overwritten by an earlier one's.
+
+    Within one attempt the first ending stands (a cancel's stragglers, or a late duplicate,
+    time out into it), except that a cancel overrides a failure it caused.
+    """
+    current = status(store, job_id)
+    recorded = int(current.get("attempt", 0) or 0)
+    if recorded > attempt:
+        return
+    ended = current.get("state")
+    if recorded == attempt and (ended == SUCCEEDED or (ended in ENDED and state != CANCELLED)):
+        return
+    if recorded < attempt:  # a new attempt starts a fresh record, keeping when the job began
+        current = {"job_id": job_id, "created_at": current.get("created_at", time.time())}
+    current.update(fields, state=state, attempt=attempt, updated_at=time.time())
+    put_json(store, keys.job_status(job_id), current)
+
+
+# --- claiming ---------------------------------------------------------------------
+
+
+def _describe(store: Channel, job_id: str) -> str:
+    record = status(store, job_id)
+    state = record.get("state", "unknown")
+    if state == "unknown":
+        return f"job id {job_id!r} is taken (claimed just now, or by a job that never started)"
+    when = record.get("created_at")
+    since = f", created {time.strftime('%Y-%m-%d %H:%M', time.gmtime(float(when)))} UTC" if when else ""
+    return f"job id {job_id!r} is taken ({state}, attempt {record.get('attempt', 1)}{since})"
+
+
+def claim_job(store: Channel, job: JobSpec, job_id: str, dataset_version: str) -> Attempt:
+    """Claim a new job id and its first attempt; a taken id is refused in one line."""
+    keys.check_name(job_id, "job id")
+    spec = {**job.model_dump(mode="json"), "_claim": {"spec_hash": spec_hash(job), "nonce": secrets.token_hex(8)}}
+    if not _create(store, keys.job_spec(job_id), spec):
+        problem = _describe(store, job_id)
+        state = status(store, job_id).get("state")
+        if state == SUCCEEDED:
+            raise ConfigError(f"{problem}: it has finished; choose another --job-id")
+        raise ConfigError(
+            f"{problem}: choose another --job-id, or continue it from its checkpoints with --resume {job_id}"
+        )
+    attempt = Attempt(job_id, 1, dataset_version, time.time(), nonce=secrets.token_hex(8))
+    if not _create(store, keys.job_attempt(job_id, 1), attempt.to_json()):
+        raise ConfigError(f"job {job_id!r}: its first attempt was claimed by another start")
+    set_status(store, job_id, 1, RUNNING, created_at=attempt.started_at, workers=job.workers)
+    return attempt
+
+
+def _create(store: Channel, key: str, record: dict[str, Any]) -> bool:
+    """Write a record with a conditional put; True if this call created it (a retried write included)."""
+    raw = json.dumps(record, indent=1, sort_keys=True).encode("utf-8")
+    if store.put_new(key, raw):
+        return True
+    # A retried request whose first try did succeed finds its own record: that is ours too.
+    try:
+        return store.get(key) == raw
+    except KeyNotFound:
+        return False
+
+
+def stored_job(store: Channel, job_id: str) -> JobSpec:
+    """The spec a job was claimed with."""
+    try:
+        data = get_json(store, keys.job_spec(job_id))
+    except KeyNotFound:
+        raise ConfigError(f"no job {job_id!r} here") from None
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != "_claim"}
+    return parse_job(data, f"job {job_id}")
+
+
+def read_attempt(store: Channel, job_id: str, number: int) -> Attempt:
+    key = keys.job_attempt(job_id, number)
+    try:
+        return Attempt.from_json(get_json(store, key), key)
+    except KeyNotFound:
+        raise ConfigError(f"job {job_id!r} has no attempt {number}") from None
+
+
+def first_version(store: Channel, job_id: str) -> str:
+    """The dataset version a job was started on (every attempt trains on it)."""
+    stored_job(store, job_id)  # "no job" before "no attempt"
+    return read_attempt(store, job_id, 1).dataset_version
+
+
+# --- resuming ---------------------------------------------------------------------
+
+
+def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: float) -> Attempt:
+    """Claim the next attempt of an interrupted job, continuing from the newest round every rank checkpointed.
+
+    Refused in one line when the job does not exist, ran another job file, has finished,
+    or still runs (a heartbeat or state change within ``stale_after_s``).
+    """
+    stored = stored_job(store, job_id)
+    if spec_hash(stored) != spec_hash(job):
+        changed = _changed_fields(stored.model_dump(mode="json"), job.model_dump(mode="json"))
+        raise ConfigError(
+            f"job {job_id!r} was started from a different job file ({', '.join(changed[:4])} differ); "
+            "resume it with the same file, or start a new job"
+        )
+    if job.sync.protocol != "bsp":
+        raise ConfigError(
+            f"--resume continues BSP jobs; job {job_id!r} runs {job.sync.protocol}, whose updates cannot be "
+            "replayed into a new attempt: start it again under a new --job-id"
+        )
+    record = status(store, job_id)
+    state = record.get("state")
+    previous = read_attempt(store, job_id, int(record.get("attempt", 1)))
+    if state == SUCCEEDED:
+        raise ConfigError(f"job {job_id!r} has finished; there is nothing to resume")
+    if state == RUNNING:
+        quiet = time.time() - last_sign_of_life(store, job, previous, record)
+        if quiet < stale_after_s:
+            raise ConfigError(
+                f"job {job_id!r} is still running (attempt {previous.number}, heard from {quiet:.0f}s ago); "
+                f"cancel it first, or wait {stale_after_s - quiet:.0f}s for it to count as interrupted"
+            )
+    rounds = periodic_rounds(store, job_id, previous.number, job.workers)
+    common = set.intersection(*rounds) if rounds else set()
+    # Nothing every rank checkpointed in the last attempt: start again where it started.
+    point = ResumePoint(previous.number, max(common)) if common else previous.resume
+    attempt = Attempt(
+        job_id, previous.number + 1, previous.dataset_version, time.time(), point, nonce=secrets.token_hex(8)
+    )
+    if not _create(store, keys.job_attempt(job_id, attempt.number), attempt.to_json()):
+        raise ConfigError(f"job {job_id!r} is being resumed by someone else (attempt {attempt.number})")
+    set_status(store, job_id, attempt.number, RUNNING, workers=job.workers, created_at=record.get("created_at"))
+    return attempt
+
+
+def last_sign_of_life(store: Channel, job: JobSpec, attempt: Attempt, record: dict[str, Any]) -> float:
+    """When the attempt was last heard from: its newest heartbeat, or its state's last change."""
+    beats = store.get_many([keys.worker_heartbeat(attempt.job_id, attempt.number, r) for r in range(job.workers)])
+    times = [float(record.get("updated_at", attempt.started_at))]
+    for raw in beats.values():
+        try:
+            times.append(float(json.loads(raw)["at"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return max(times)
+
+
+def _changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    changed: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += _changed_fields(a, b, f"{prefix}{name}.")
+        elif a != b:
+            changed.append(f"{prefix}{name}")
+    return changed
