@@ -16,6 +16,7 @@ text: they download their shard and ``np.frombuffer`` it. Class labels are store
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -196,7 +197,12 @@ def prepare(
     )
     put_json(store, keys.dataset_manifest(name, version), asdict(manifest))
     previous = current_version(store, name)
-    put_json(store, keys.dataset_current(name), {"version": version, "previous": previous})
+    pointer = json.dumps({"version": version, "previous": previous}, sort_keys=True).encode()
+    if overwrite:
+        store.put(keys.dataset_current(name), pointer)
+    elif not store.put_new(keys.dataset_current(name), pointer):  # another prepare created it meanwhile
+        store.delete(store.list(keys.dataset_version_prefix(name, version)))
+        raise DataError(f"dataset {name!r} was created by another prepare meanwhile; use --overwrite to replace it")
     _prune(store, name, keep={version, previous})
     log.info("prepared %s dataset %s version %s: %d shards, %d test rows", fmt, name, version, shards, n_test)
     return manifest

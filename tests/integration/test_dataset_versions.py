@@ -123,3 +123,25 @@ def test_labels_are_stored_as_classes_in_order(data_store: tuple[StorageSpec, Ch
     assert set(np.unique(stored).tolist()) == {0.0, 1.0}
     digits = shards.prepare(store, unique_name("ten"), X[:100], np.arange(100) % 10 + 1.0, shards=1, test_fraction=0)
     assert digits.n_classes == 10 and digits.label_values == [float(v) for v in range(1, 11)]
+
+
+def test_of_two_prepares_of_a_new_name_at_once_the_second_to_finish_is_refused(
+    data_store: tuple[StorageSpec, Channel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both found the name free; the one whose version would silently not be current says so instead."""
+    _, store = data_store
+    name = unique_name("race")
+    check_absent = shards.check_absent
+    first: list[shards.Manifest] = []
+
+    def the_other_finishes_first(store_: Channel, name_: str, *, overwrite: bool) -> None:
+        check_absent(store_, name_, overwrite=overwrite)
+        monkeypatch.setattr(shards, "check_absent", check_absent)
+        first.append(shards.prepare(store_, name_, *rows(1), shards=2))
+
+    monkeypatch.setattr(shards, "check_absent", the_other_finishes_first)
+    with pytest.raises(DataError, match="created by another prepare meanwhile"):
+        shards.prepare(store, name, *rows(2), shards=2)
+    assert shards.read_manifest(store, name) == first[0]
+    versions = {k.split("/v/")[1].split("/")[0] for k in store.list(keys.dataset_prefix(name) + "v/")}
+    assert versions == {first[0].dataset_version}, "the refused prepare left its version behind"
