@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """The median wall time of ``fn`` over ``repeats`` calls, in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
 
 
 def report(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Path:

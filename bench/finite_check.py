@@ -10,27 +10,16 @@ repeated runs and the ratio check / encode; writes bench/results/finite_check.cs
 from __future__ import annotations
 
 import csv
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from common import median_ms
 
 from lambdaml import codec
 from lambdaml.comm.base import all_finite
 
 SIZES = [10_000, 100_000, 1_000_000, 10_000_000]
 RESULTS = Path(__file__).resolve().parent / "results" / "finite_check.csv"
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
 
 
 def main() -> None:

@@ -13,27 +13,14 @@ bench/results/seal.csv and bench/results/seal.png.
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-
 import numpy as np
-from common import RESULTS, report
+from common import RESULTS, median_ms, report
 
 from lambdaml import codec, keys
 from lambdaml.seal import Sealer, new_secret
 
 SIZES = [10_000, 100_000, 1_000_000, 10_000_000]
 KEY = keys.comm_key("bench-job", 123, "sr", rank=3, chunk=7, attempt=1)
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
 
 
 def main() -> None:
