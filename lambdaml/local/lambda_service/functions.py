@@ -1,0 +1,79 @@
+"""The functions a local Lambda service knows, each with the pool of its sandboxes.
+
+One lock guards both maps, so that replacing a function swaps its configuration and its
+pool together; the Invoke API, execution, the reaper and the memory watcher look up here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from lambdaml.errors import ConfigError
+from lambdaml.local.lambda_service.models import FunctionConfig, LambdaServiceError
+from lambdaml.local.lambda_service.sandboxes import Pool
+
+
+class Functions:
+    """Function configurations by name and their pools; a pool's cap is the reserved or the service's concurrency."""
+
+    def __init__(self, max_concurrency: int) -> None:
+        self._max_concurrency = max_concurrency
+        self._lock = threading.RLock()
+        self._functions: dict[str, FunctionConfig] = {}
+        self._pools: dict[str, Pool] = {}
+
+    def add_all(self, functions: Iterable[FunctionConfig]) -> None:
+        """Register functions that may name each other as destinations (checked once all are in)."""
+        pending = list(functions)
+        with self._lock:
+            for fn in pending:
+                self._add(fn)
+            for fn in pending:
+                self._check_destination(fn)
+
+    def add(self, fn: FunctionConfig) -> Pool | None:
+        """Register (or replace) a function; returns the pool it replaced, whose sandboxes are the caller's to kill."""
+        with self._lock:
+            old = self._pools.get(fn.name)
+            self._add(fn)
+            self._check_destination(fn)
+        return old
+
+    def _add(self, fn: FunctionConfig) -> None:
+        cap = fn.reserved_concurrency if fn.reserved_concurrency is not None else self._max_concurrency
+        self._functions[fn.name] = fn
+        self._pools[fn.name] = Pool(fn, cap)
+
+    def _check_destination(self, fn: FunctionConfig) -> None:
+        if isinstance(fn.on_failure, str) and fn.on_failure not in self._functions:
+            raise ConfigError(f"function {fn.name!r}: on_failure names unknown function {fn.on_failure!r}")
+
+    def __len__(self) -> int:
+        return len(self._functions)
+
+    def __getitem__(self, name: str) -> FunctionConfig:
+        with self._lock:
+            return self._functions[name]
+
+    def get(self, name: str) -> FunctionConfig | None:
+        with self._lock:
+            return self._functions.get(name)
+
+    def snapshot(self) -> dict[str, FunctionConfig]:
+        with self._lock:
+            return dict(self._functions)
+
+    def pool(self, name: str) -> Pool:
+        pool = self.find_pool(name)
+        if pool is None:
+            raise LambdaServiceError(f"no function named {name!r}")
+        return pool
+
+    def find_pool(self, name: str) -> Pool | None:
+        with self._lock:
+            return self._pools.get(name)
+
+    def pools(self) -> list[Pool]:
+        with self._lock:
+            return list(self._pools.values())
