@@ -1,8 +1,9 @@
 """JobSpec and its parts, loaded from YAML or JSON and validated on load.
 
 Every part forbids unknown keys, so a typo is an error naming the field rather than a
-silently ignored setting. Plug-in names are checked against their registries here, so a
-job with an unknown algorithm fails before any worker starts.
+silently ignored setting. Plug-in names and what each plug-in can do are checked against
+the catalogue (``lambdaml.catalogue``) here, without importing any plug-in, so a job with an
+unknown algorithm fails before any worker starts, and a torch job validates without torch.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ipaddress
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -18,14 +20,13 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lambdaml import keys
+from lambdaml import catalogue, keys
 from lambdaml.errors import ConfigError, brief
-from lambdaml.registry import Registry
 
 
-def _known_name(registry: Registry[Any], name: str) -> str:
+def _known_name(entries: Mapping[str, catalogue.Plugin], kind: str, name: str) -> str:
     try:
-        registry.get(name)
+        catalogue.lookup(entries, kind, name)
     except ConfigError as exc:  # reported by pydantic with the field's path
         raise ValueError(str(exc)) from None
     return name
@@ -217,9 +218,7 @@ class ModelSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        from lambdaml.models import MODELS
-
-        return _known_name(MODELS, name)
+        return _known_name(catalogue.MODELS, "model", name)
 
 
 class CompressionSpec(_Spec):
@@ -235,9 +234,7 @@ class CompressionSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        from lambdaml.compression import COMPRESSORS
-
-        return _known_name(COMPRESSORS, name)
+        return _known_name(catalogue.COMPRESSORS, "compressor", name)
 
 
 class AlgorithmSpec(_Spec):
@@ -259,9 +256,7 @@ class AlgorithmSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        from lambdaml.algorithms import ALGORITHMS
-
-        return _known_name(ALGORITHMS, name)
+        return _known_name(catalogue.ALGORITHMS, "algorithm", name)
 
     @field_validator("lr", mode="before")
     @classmethod
@@ -272,9 +267,7 @@ class AlgorithmSpec(_Spec):
 
     @model_validator(mode="after")
     def _relaxations(self) -> AlgorithmSpec:
-        from lambdaml.algorithms import ALGORITHMS
-
-        kind = ALGORITHMS.get(self.name)
+        kind = catalogue.algorithm(self.name)
         compression = self.compression
         if compression is not None and kind.compression == "none":
             hint = "; use dcd_psgd, ecd_psgd or choco_sgd" if kind.decentralized else ""
@@ -288,9 +281,7 @@ class AlgorithmSpec(_Spec):
     @property
     def compression_spec(self) -> CompressionSpec | None:
         """The compression to use: the spec's, or the algorithm's own default (onebit_adam: onebit)."""
-        from lambdaml.algorithms import ALGORITHMS
-
-        if self.compression is None and ALGORITHMS.get(self.name).compression == "required":
+        if self.compression is None and catalogue.algorithm(self.name).compression == "required":
             return CompressionSpec()
         return self.compression
 
@@ -304,9 +295,7 @@ class SyncSpec(_Spec):
     @field_validator("pattern")
     @classmethod
     def _known(cls, pattern: str) -> str:
-        from lambdaml.comm import PATTERNS
-
-        return _known_name(PATTERNS, pattern)
+        return _known_name(catalogue.PATTERNS, "communication pattern", pattern)
 
 
 class RuntimeSpec(_Spec):
@@ -327,7 +316,7 @@ class IaaSSpec(_Spec):
     @field_validator("instance_type")
     @classmethod
     def _priced(cls, instance_type: str) -> str:
-        from lambdaml.cost import price_table
+        from analytic_model.tables import price_table  # the shipped price table; pure JSON
 
         known = {name for region in price_table()["regions"].values() for name in region.get("ec2", {})}
         if instance_type not in known:
@@ -367,10 +356,8 @@ class JobSpec(_Spec):
 
     @model_validator(mode="after")
     def _combination(self) -> JobSpec:
-        from lambdaml.algorithms import ALGORITHMS
-
         algorithm = self.algorithm.name
-        if self.sync.protocol != "bsp" and not ALGORITHMS.get(algorithm).supports_async:
+        if self.sync.protocol != "bsp" and not catalogue.algorithm(algorithm).supports_async:
             raise ValueError(f"algorithm {algorithm!r} runs only under protocol 'bsp', not {self.sync.protocol!r}")
         if self.sync.protocol != "bsp" and self.algorithm.compression is not None:
             raise ValueError(f"compression runs under protocol 'bsp' only, not {self.sync.protocol!r}")

@@ -82,7 +82,7 @@ def _from_secrets_manager(secret_id: str, endpoint_url: str | None, region: str)
     from botocore.exceptions import BotoCoreError, ClientError
 
     from lambdaml import aws
-    from lambdaml.channels.s3 import error_code, translate_botocore
+    from lambdaml.aws_errors import error_code, translate_botocore
 
     client = aws.client("secretsmanager", endpoint_url=endpoint_url, region=region, read_timeout_s=10)
     endpoint, what = endpoint_url or f"secretsmanager.{region}", f"reading {secret_id!r}"

@@ -7,10 +7,13 @@ plug-in imports only that plug-in (the numpy path never imports torch).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from lambdaml.errors import ConfigError, UnknownName
+
+if TYPE_CHECKING:
+    from lambdaml.catalogue import Plugin
 
 T = TypeVar("T")
 
@@ -22,6 +25,14 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T | str] = {}
         self._hints: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, kind: str, entries: Mapping[str, Plugin]) -> Registry[T]:
+        """A registry of every plug-in the catalogue lists under ``kind``, loaded lazily from its path."""
+        registry: Registry[T] = cls(kind)
+        for name, entry in entries.items():
+            registry.register(name, entry.path, install_hint=entry.install_hint)
+        return registry
 
     def register(self, name: str, obj: T | str, *, install_hint: str = "") -> None:
         if name in self._entries:

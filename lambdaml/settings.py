@@ -1,8 +1,9 @@
-"""Environment variable names, in one place."""
+"""Environment variable names, in one place, and what the stack's functions read from them."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 # Credentials used when talking to a loopback endpoint (moto) and none are configured.
@@ -10,13 +11,19 @@ LOCAL_ACCESS_KEY = "testing"
 LOCAL_SECRET_KEY = "testing"
 
 ENV_REDIS_PASSWORD = "LAMBDAML_REDIS_PASSWORD"
-ENV_LOG_LEVEL = "LAMBDAML_LOG_LEVEL"
-ENV_RESULTS_DIR = "LAMBDAML_RESULTS_DIR"
-ENV_WORKER_FUNCTION = "LAMBDAML_WORKER_FUNCTION"  # set on the coordinator by the template
 ENV_TORCH_THREADS = "LAMBDAML_TORCH_THREADS"  # torch threads per worker process (unset: 1)
-
-
 ENV_HOME = "LAMBDAML_HOME"  # local stacks' records and logs (default: ~/.lambdaml)
+
+# Set on the stack's functions by template.yaml (a test holds the two to each other).
+ENV_DATA_BUCKET = "LAMBDAML_DATA_BUCKET"
+ENV_COMM_BUCKET = "LAMBDAML_COMM_BUCKET"
+ENV_CHANNEL_TABLE = "LAMBDAML_CHANNEL_TABLE"
+ENV_CACHE_KIND = "LAMBDAML_CACHE_KIND"
+ENV_CACHE_HOST = "LAMBDAML_CACHE_HOST"
+ENV_CACHE_PORT = "LAMBDAML_CACHE_PORT"
+ENV_CACHE_TLS = "LAMBDAML_CACHE_TLS"
+ENV_WORKER_FUNCTION = "LAMBDAML_WORKER_FUNCTION"  # the coordinator's: the zip worker
+ENV_TORCH_WORKER_FUNCTION = "LAMBDAML_TORCH_WORKER_FUNCTION"  # the coordinator's: the image worker, if deployed
 
 
 def home() -> Path:
@@ -25,3 +32,41 @@ def home() -> Path:
 
 def get(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
+
+
+def _set(name: str) -> str | None:
+    return os.environ.get(name) or None  # the template writes "" for what a stack does not have
+
+
+@dataclass(frozen=True)
+class StackEnvironment:
+    """What a stack's function knows of its stack; None where unset (tests, tools, a stack without it)."""
+
+    data_bucket: str | None
+    comm_bucket: str | None
+    channel_table: str | None
+    cache_kind: str | None  # "redis", "memcached", or None: no cache
+    cache_host: str | None
+    cache_port: int | None
+    cache_tls: bool
+    worker_function: str | None
+    torch_worker_function: str | None
+
+    @property
+    def in_a_stack(self) -> bool:
+        return self.data_bucket is not None
+
+
+def stack_environment() -> StackEnvironment:
+    port = _set(ENV_CACHE_PORT)
+    return StackEnvironment(
+        data_bucket=_set(ENV_DATA_BUCKET),
+        comm_bucket=_set(ENV_COMM_BUCKET),
+        channel_table=_set(ENV_CHANNEL_TABLE),
+        cache_kind=_set(ENV_CACHE_KIND),
+        cache_host=_set(ENV_CACHE_HOST),
+        cache_port=int(port) if port and port.isdigit() else None,
+        cache_tls=(_set(ENV_CACHE_TLS) or "").lower() == "true",
+        worker_function=_set(ENV_WORKER_FUNCTION),
+        torch_worker_function=_set(ENV_TORCH_WORKER_FUNCTION),
+    )

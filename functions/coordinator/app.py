@@ -1,4 +1,4 @@
-"""Coordinator Lambda entry point: a thin shell over lambdaml (placeholder until the runtime lands).
+"""Coordinator Lambda entry point: a thin shell over ``lambdaml.runtime.lambda_handlers.coordinate``.
 
 It starts a job's workers, and is also the worker's on-failure destination, so it can resume a
 worker whose retries ran out.

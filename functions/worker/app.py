@@ -1,7 +1,4 @@
-"""Worker Lambda entry point (zip and container image): a thin shell over lambdaml.
-
-A placeholder until the runtime lands.
-"""
+"""Worker Lambda entry point (zip and container image): a thin shell over ``lambdaml.runtime.lambda_handlers.work``."""
 
 from __future__ import annotations
 

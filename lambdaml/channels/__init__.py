@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lambdaml import catalogue
 from lambdaml.channels.base import Backoff, Channel, ChannelStats
 from lambdaml.registry import Registry
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
 
-CHANNELS: Registry[type[Channel]] = Registry("channel")
-CHANNELS.register("s3", "lambdaml.channels.s3:S3Channel")
-CHANNELS.register("redis", "lambdaml.channels.redis:RedisChannel")
-CHANNELS.register("memcached", "lambdaml.channels.memcached:MemcachedChannel")
-CHANNELS.register("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel")
-CHANNELS.register("memory", "lambdaml.channels.memory:MemoryChannel")
+CHANNELS: Registry[type[Channel]] = Registry.of("channel", catalogue.CHANNELS)
 
 
 def open_channel(spec: ChannelSpec) -> Channel:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdaml import aws
+from lambdaml.aws_errors import error_code, translate_botocore
 from lambdaml.channels.base import Channel
-from lambdaml.channels.s3 import error_code, translate_botocore
 from lambdaml.errors import ChannelError, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:

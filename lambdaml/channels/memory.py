@@ -6,7 +6,6 @@ so use it only where every rank runs as a thread of one process.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -16,8 +15,6 @@ from lambdaml.errors import KeyNotFound
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
-
-log = logging.getLogger(__name__)
 
 
 class MemoryChannel(Channel):

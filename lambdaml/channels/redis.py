@@ -6,7 +6,6 @@ is chunked. Listing uses SCAN (never KEYS, which blocks the server).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +22,6 @@ from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
 
-log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 DEFAULT_PORT = 6379

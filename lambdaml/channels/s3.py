@@ -1,7 +1,7 @@
 """The S3 channel: objects in a bucket, the slowest but cheapest and always-there substrate.
 
-botocore errors are translated here, at the boundary, into lambdaml errors. The
-translation helpers are shared with the DynamoDB channel (both speak botocore).
+botocore errors are translated here, at the boundary, into lambdaml errors (what is not
+S3-specific by ``lambdaml.aws_errors``, shared with DynamoDB and the credentials lookup).
 """
 
 from __future__ import annotations
@@ -10,80 +10,17 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectionClosedError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    FlexibleChecksumError,
-    IncompleteReadError,
-    NoCredentialsError,
-    ReadTimeoutError,
-    ResponseStreamingError,
-)
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdaml import aws
+from lambdaml.aws_errors import THROTTLING_CODES, error_code, status_code, translate_botocore
 from lambdaml.channels.base import Channel
-from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
+from lambdaml.errors import ChannelError, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
 
 log = logging.getLogger(__name__)
-
-# Error codes that mean "slow down and try again" on AWS services.
-THROTTLING_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestLimitExceeded",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "ProvisionedThroughputExceededException",
-        "TooManyRequestsException",
-        "ServiceUnavailable",
-        "InternalError",
-        "InternalServerError",
-        "InternalFailure",
-        "RequestTimeout",
-        "RequestTimeoutException",
-    }
-)
-_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-# A body that arrived cut short or corrupted: retrying the request fetches it again.
-_TRUNCATED_BODY = (FlexibleChecksumError, IncompleteReadError, ResponseStreamingError, ConnectionClosedError)
-_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)
-
-
-def error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def status_code(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-
-
-def translate_botocore(exc: Exception, *, service: str, endpoint: str, what: str) -> ChannelError:
-    """Map a botocore failure that is not resource-specific onto the lambdaml error hierarchy."""
-    if isinstance(exc, ClientError):
-        code, status = error_code(exc), status_code(exc)
-        if code in THROTTLING_CODES or status in _TRANSIENT_STATUS:
-            return TransientChannelError(f"{service} {what}: throttled or unavailable ({code or status})")
-        if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "UnrecognizedClientException"}:
-            return ChannelUnavailable(f"{service} at {endpoint} refused the credentials for {what}: {code}")
-        return ChannelError(f"{service} {what} failed: {code or status}: {exc}")
-    if isinstance(exc, _TRUNCATED_BODY):
-        return TransientChannelError(f"{service} {what}: body truncated or corrupt ({type(exc).__name__})")
-    if isinstance(exc, _UNREACHABLE):
-        return ChannelUnreachable(f"cannot reach {service} at {endpoint}: {type(exc).__name__}")
-    if isinstance(exc, NoCredentialsError):
-        return ChannelUnavailable(f"no AWS credentials to call {service} at {endpoint}")
-    if isinstance(exc, BotoCoreError | ConnectionError):
-        return ChannelUnreachable(f"cannot reach {service} at {endpoint}: {exc}")
-    return ChannelError(f"{service} {what} failed: {exc}")
 
 
 class S3Channel(Channel):

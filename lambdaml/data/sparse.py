@@ -8,15 +8,12 @@ travel as one codec bundle, so a worker maps its shard without parsing.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Literal, TypeAlias
 
 import numpy as np
 
 from lambdaml.errors import ConfigError, DataError
-
-log = logging.getLogger(__name__)
 
 INDPTR_DTYPE = np.dtype(np.int64)
 INDICES_DTYPE = np.dtype(np.int32)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.data.sparse import Features
-from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -28,9 +28,6 @@ class Model(ABC):
     #: True once a communicator sums gradients inside backward (DDP): ``loss_grad_sum``'s
     #: gradient is then the sum over every worker's batch, and must run on empty batches too.
     gradients_summed_across_workers: bool = False
-    #: Whether the model tells apart only two classes (LR, SVM): ``build`` then refuses a
-    #: dataset of more, which it would otherwise train as "class 0 against the rest".
-    binary: ClassVar[bool] = False
 
     def __init__(self, n_features: int, *, l2: float = 0.0) -> None:
         self.n_features = n_features
@@ -46,14 +43,11 @@ class Model(ABC):
     def check_dataset(cls, name: str, manifest: Manifest) -> None:
         """Refuse, with one ``ConfigError`` line, a dataset model ``name`` cannot learn.
 
-        A binary model on more than two classes is refused. The driver calls this before
-        any worker starts; ``build`` calls it again, for whoever builds a model directly.
+        A binary model on more than two classes is refused (the catalogue says which are
+        binary). The driver checks this before any worker starts; ``build`` checks it again,
+        for whoever builds a model directly.
         """
-        if cls.binary and manifest.n_classes > 2:
-            raise ConfigError(
-                f"model {name!r} is binary, but dataset {manifest.name!r} has {manifest.n_classes} classes; "
-                "use model: softmax (or multiclass_svm)"
-            )
+        catalogue.model(name).check_classes(manifest.name, manifest.n_classes)
 
     @property
     @abstractmethod

@@ -22,8 +22,6 @@ class LinearModel(Model):
     than two classes are refused at ``build`` (see ``lambdaml.models.multiclass``).
     """
 
-    binary = True
-
     @property
     def n_params(self) -> int:
         return self.n_features + 1

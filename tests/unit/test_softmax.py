@@ -8,6 +8,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from lambdaml import catalogue
 from lambdaml.config import ModelSpec
 from lambdaml.data.shards import Manifest
 from lambdaml.data.sparse import CSRMatrix
@@ -52,7 +53,8 @@ def test_registered_and_sharing_one_base() -> None:
     assert MODELS.get("softmax") is SoftmaxRegression
     assert MODELS.get("multiclass_svm") is MulticlassSVM
     for cls in MULTICLASS:
-        assert issubclass(cls, MulticlassLinearModel) and not cls.binary
+        assert issubclass(cls, MulticlassLinearModel)
+        assert not catalogue.MODELS["softmax"].binary and not catalogue.MODELS["multiclass_svm"].binary
         model = cls(6, n_classes=3)
         assert model.n_params == 7 * 3
         params = model.init_params(seed=9)
@@ -249,7 +251,7 @@ def test_fewer_than_two_classes_is_a_config_error() -> None:
 def test_torch_models_take_the_class_count_and_are_not_refused(n_classes: int) -> None:
     pytest.importorskip("torch")
     mlp = MODELS.get("mlp")
-    assert not mlp.binary
+    assert not catalogue.model("mlp").binary
     data = manifest(n_classes)
     mlp.check_dataset("mlp", data)  # not binary: any number of classes
     model = mlp.build(ModelSpec(name="mlp", hidden=[8]), data)

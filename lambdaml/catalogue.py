@@ -1,0 +1,180 @@
+"""The plug-in catalogue: every plug-in's name, where it lives, what it needs and what it can do.
+
+Checking a job reads this catalogue and never imports a plug-in. So the coordinator, a zip
+function without torch, validates a torch job like any other, and the cost model lists
+exactly what a job file accepts. The registries (``lambdaml.registry``) load the plug-ins
+themselves, lazily, from the paths given here; a test holds every plug-in's own class
+attributes to its entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from lambdaml.errors import ConfigError, UnknownName
+
+CompressionUse = Literal["none", "optional", "required"]
+
+#: What to install for a plug-in that needs an optional package.
+INSTALL_HINTS = {"torch": "install the torch extra: pip install 'lambdaml[torch]'"}
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """Where a plug-in lives (``module:attribute``) and the optional package it needs, if any."""
+
+    name: str
+    path: str
+    needs: str | None = None
+
+    @property
+    def install_hint(self) -> str:
+        return INSTALL_HINTS.get(self.needs or "", "")
+
+
+@dataclass(frozen=True)
+class ModelInfo(Plugin):
+    #: Tells apart two classes only (a dataset of more is refused, not trained as "0 against the rest").
+    binary: bool = False
+    #: Whether labels mean anything to it (accuracy is reported only then).
+    supervised: bool = True
+
+    def check_classes(self, dataset: str, classes: int) -> None:
+        """Refuse, in one line, a dataset this model cannot learn."""
+        if self.binary and classes > 2:
+            raise ConfigError(
+                f"model {self.name!r} is binary, but dataset {dataset!r} has {classes} classes; "
+                "use model: softmax (or multiclass_svm)"
+            )
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo(Plugin):
+    #: Has an ASP/SSP form (consensus methods such as ADMM do not).
+    supports_async: bool = False
+    #: Sums gradients over workers every step (GA-SGD): DDP can do it in backward.
+    reduces_gradients: bool = False
+    #: What it sends compressed: nothing, what the job asks, or always (1-bit by default).
+    compression: CompressionUse = "none"
+    #: Workers talk only to their ring neighbours.
+    decentralized: bool = False
+    #: The ``optimizer`` settings it accepts.
+    optimizers: tuple[str, ...] = ("sgd", "momentum", "adam")
+
+
+@dataclass(frozen=True)
+class CompressorInfo(Plugin):
+    #: Draws random numbers (seeded per round and rank, so a replay sends the same bytes).
+    stochastic: bool = False
+
+
+P = TypeVar("P", bound=Plugin)
+
+
+def _index(*plugins: P) -> dict[str, P]:
+    return {p.name: p for p in plugins}
+
+
+MODELS: Mapping[str, ModelInfo] = _index(
+    ModelInfo("lr", "lambdaml.models.linear:LogisticRegression", binary=True),
+    ModelInfo("svm", "lambdaml.models.linear:LinearSVM", binary=True),
+    ModelInfo("softmax", "lambdaml.models.multiclass:SoftmaxRegression"),
+    ModelInfo("multiclass_svm", "lambdaml.models.multiclass:MulticlassSVM"),
+    ModelInfo("kmeans", "lambdaml.models.kmeans:KMeansModel", supervised=False),
+    ModelInfo("mlp", "lambdaml.models.torch_models:MLP", needs="torch"),
+    ModelInfo("mobilenet", "lambdaml.models.torch_models:MobileNet", needs="torch"),
+    ModelInfo("resnet18", "lambdaml.models.torch_models:ResNet18", needs="torch"),
+)
+
+_RING = ("sgd",)
+ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
+    AlgorithmInfo(
+        "ga_sgd",
+        "lambdaml.algorithms.ga_sgd:GASGD",
+        supports_async=True,
+        reduces_gradients=True,
+        compression="optional",
+    ),
+    AlgorithmInfo("ma_sgd", "lambdaml.algorithms.ma_sgd:MASGD", supports_async=True, compression="optional"),
+    AlgorithmInfo("admm", "lambdaml.algorithms.admm:ADMM"),
+    AlgorithmInfo("kmeans", "lambdaml.algorithms.kmeans:KMeans"),
+    AlgorithmInfo(
+        "onebit_adam", "lambdaml.algorithms.onebit_adam:OneBitAdam", compression="required", optimizers=("sgd", "adam")
+    ),
+    AlgorithmInfo("dpsgd", "lambdaml.algorithms.decentralized:DPSGD", decentralized=True, optimizers=_RING),
+    AlgorithmInfo(
+        "dcd_psgd",
+        "lambdaml.algorithms.decentralized:DCDPSGD",
+        compression="optional",
+        decentralized=True,
+        optimizers=_RING,
+    ),
+    AlgorithmInfo(
+        "ecd_psgd",
+        "lambdaml.algorithms.decentralized:ECDPSGD",
+        compression="optional",
+        decentralized=True,
+        optimizers=_RING,
+    ),
+    AlgorithmInfo(
+        "choco_sgd",
+        "lambdaml.algorithms.decentralized:CHOCOSGD",
+        compression="optional",
+        decentralized=True,
+        optimizers=_RING,
+    ),
+)
+
+COMPRESSORS: Mapping[str, CompressorInfo] = _index(
+    CompressorInfo("identity", "lambdaml.compression.compressors:Identity"),
+    CompressorInfo("onebit", "lambdaml.compression.compressors:OneBit"),
+    CompressorInfo("qsgd", "lambdaml.compression.compressors:QSGD", stochastic=True),
+    CompressorInfo("uint8", "lambdaml.compression.compressors:MinMaxUint8"),
+    CompressorInfo("topk", "lambdaml.compression.compressors:TopK"),
+)
+
+PATTERNS: Mapping[str, Plugin] = _index(
+    Plugin("allreduce", "lambdaml.comm.patterns:AllReduce"),
+    Plugin("scatter_reduce", "lambdaml.comm.patterns:ScatterReduce"),
+)
+
+CHANNELS: Mapping[str, Plugin] = _index(
+    Plugin("s3", "lambdaml.channels.s3:S3Channel"),
+    Plugin("redis", "lambdaml.channels.redis:RedisChannel"),
+    Plugin("memcached", "lambdaml.channels.memcached:MemcachedChannel"),
+    Plugin("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel"),
+    Plugin("memory", "lambdaml.channels.memory:MemoryChannel"),
+)
+
+BACKENDS: Mapping[str, Plugin] = _index(
+    Plugin("local", "lambdaml.backends.local:LocalBackend"),
+    Plugin("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend", needs="torch"),
+)
+
+#: Every kind of plug-in, by the word its errors use.
+KINDS: Mapping[str, Mapping[str, Plugin]] = {
+    "model": MODELS,
+    "algorithm": ALGORITHMS,
+    "compressor": COMPRESSORS,
+    "communication pattern": PATTERNS,
+    "channel": CHANNELS,
+    "backend": BACKENDS,
+}
+
+
+def lookup(entries: Mapping[str, P], kind: str, name: object) -> P:
+    """The entry called ``name``; an unknown name is an error listing the known ones."""
+    try:
+        return entries[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise UnknownName(f"unknown {kind} {name!r}; known: {', '.join(sorted(entries))}") from None
+
+
+def model(name: str) -> ModelInfo:
+    return lookup(MODELS, "model", name)
+
+
+def algorithm(name: str) -> AlgorithmInfo:
+    return lookup(ALGORITHMS, "algorithm", name)
