@@ -27,8 +27,8 @@ from common import RESULTS, report
 from lambdaml.compare import plot_comparison, summary
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.local import services
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 
 log = logging.getLogger("bench.faas_vs_iaas")

@@ -26,8 +26,8 @@ import numpy as np
 from lambdaml import codec, keys
 from lambdaml.config import StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.local import services
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

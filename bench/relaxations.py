@@ -35,8 +35,8 @@ from typing import Any
 
 from lambdaml.config import ChannelSpec, StorageSpec, parse_job
 from lambdaml.data import builtin, shards
+from lambdaml.driver import run_job
 from lambdaml.local import services
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 
 log = logging.getLogger("bench.relaxations")

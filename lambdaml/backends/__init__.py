@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from lambdaml.backends.base import Backend, JobEvent
+from lambdaml import catalogue
+from lambdaml.backends.base import Backend, EventCallback, JobEvent, MachineBackend, Run
 from lambdaml.registry import Registry
 
-BACKENDS: Registry[type[Backend]] = Registry("backend")
-BACKENDS.register("local", "lambdaml.backends.local:LocalBackend")
-BACKENDS.register("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend")
+BACKENDS: Registry[type[MachineBackend]] = Registry.of("backend", catalogue.BACKENDS)
 
-__all__ = ["BACKENDS", "Backend", "JobEvent"]
+__all__ = ["BACKENDS", "Backend", "EventCallback", "JobEvent", "MachineBackend", "Run"]

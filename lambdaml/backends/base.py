@@ -1,15 +1,32 @@
-"""The Backend interface: run W workers of a job and return their reports."""
+"""The Backend interface: launch a job's workers, wait for its result, report its status, cancel it.
+
+Local processes, torchrun and a deployed stack (AWS or local) differ only here. Every job
+goes through one path (``lambdaml.driver.run_job``): ``launch`` claims the job and starts its
+workers, ``wait`` follows them to the result record, which one function assembles whatever
+ran the workers (``lambdaml.runtime.results.assemble_result``).
+"""
 
 from __future__ import annotations
 
+import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
-from lambdaml.config import JobSpec
+from lambdaml import keys
+from lambdaml.channels import Channel
+from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.cost import job_cost
+from lambdaml.data.shards import Manifest
+from lambdaml.errors import JobCancelled, JobFailed
+from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.results import assemble_result, clear_job_channel
+from lambdaml.runtime.start import begin, job_secret
+from lambdaml.storage import open_storage, put_json
 
 
 @dataclass(frozen=True)
@@ -25,21 +42,125 @@ class JobEvent:
 EventCallback = Callable[[JobEvent], None]
 
 
+@dataclass
+class Run:
+    """A launched job: its attempt, and what its backend needs to follow it."""
+
+    job: JobSpec
+    attempt: Attempt
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    started: float = field(default_factory=time.perf_counter)
+    manifest: Manifest | None = None
+    handle: Any = None  # the backend's own: processes, a torchrun, nothing for a stack
+
+
 class Backend(ABC):
     """Where the workers of a job run; how they synchronize follows from it."""
 
+    name: ClassVar[str] = "abstract"
     #: Whether the workers synchronize through the job's channel (IaaS workers use gloo).
-    uses_channel: bool = True
+    uses_channel: ClassVar[bool] = True
 
     @abstractmethod
-    def run(
-        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
-    ) -> list[dict[str, Any]]:
-        """Run every rank of ``attempt`` to completion; return the reports in rank order or raise JobFailed.
+    def store(self) -> Channel:
+        """The data bucket that holds the jobs' records."""
 
-        ``secret`` authenticates the channel's values (handed to the workers, never stored).
-        """
+    @abstractmethod
+    def launch(self, job: JobSpec, *, job_id: str | None = None, resume: bool = False) -> Run:
+        """Claim the job id (or, with ``resume``, its next attempt) and start its workers."""
+
+    @abstractmethod
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+        """Follow the run to its end; return its result record or raise JobFailed (JobCancelled)."""
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """The job's state record, with the heartbeats of its current attempt (``workers``)."""
+        store = self.store()
+        state = records.status(store, job_id)
+        if state.get("state") == "unknown":
+            raise JobFailed(f"no job {job_id!r} in {store.describe()}")
+        job = records.stored_job(store, job_id)
+        attempt = int(state.get("attempt", 1))
+        beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
+        heartbeats = [json.loads(beats[k]) for k in sorted(beats)]
+        return {**state, "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Ask a running job to stop: its workers see the marker at their next heartbeat."""
+        store = self.store()
+        state = records.status(store, job_id)
+        if state.get("state") == records.RUNNING:
+            attempt = int(state.get("attempt", 1))
+            store.put(keys.job_cancel(job_id, attempt), b"1")
+            records.set_status(store, job_id, attempt, records.CANCELLED)
+        return records.status(store, job_id)
 
     def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
         return job_cost(job.channel.kind, workers, wall_s, job.storage.region)
+
+
+class MachineBackend(Backend):
+    """Workers on this machine (processes, torchrun): this process claims the job, starts and follows
+    the workers, assembles the result and records every ending, so ``--resume`` finds it."""
+
+    def __init__(self, storage: StorageSpec) -> None:
+        self.storage = storage
+
+    def store(self) -> Channel:
+        return open_storage(self.storage)
+
+    def check(self, job: JobSpec) -> None:
+        """Refuse, before anything is claimed, a job these workers cannot run."""
+
+    @abstractmethod
+    def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> Any:
+        """Start the workers of ``attempt``; return what ``collect`` and ``stop`` need."""
+
+    @abstractmethod
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+        """Every rank's report in rank order, or raise JobFailed / JobCancelled."""
+
+    @abstractmethod
+    def stop(self, run: Run) -> None:
+        """Stop whatever of the workers still runs."""
+
+    def launch(self, job: JobSpec, *, job_id: str | None = None, resume: bool = False) -> Run:
+        self.check(job)
+        _, manifest, attempt = begin(job, job_id, resume=resume, check_channel=self.uses_channel)
+        run = Run(job, attempt, manifest=manifest)
+        try:
+            run.handle = self.start(job, attempt, job_secret(job) if self.uses_channel else None)
+        except BaseException as exc:
+            self._ended(run, exc)
+            raise
+        return run
+
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+        job, attempt = run.job, run.attempt
+        try:
+            reports = self.collect(run, on_event)
+        except (JobFailed, JobCancelled, KeyboardInterrupt) as exc:
+            self._ended(run, exc)
+            raise
+        finally:
+            self.stop(run)
+        assert run.manifest is not None
+        wall_s = time.perf_counter() - run.started
+        result = assemble_result(
+            job, attempt, run.manifest, reports, wall_s=wall_s, started_at=run.started_at, backend=self.name,
+            cost=self.cost,
+        )  # fmt: skip
+        store = self.store()
+        put_json(store, keys.job_result(attempt.job_id), result)
+        records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
+        return result
+
+    def _ended(self, run: Run, exc: BaseException) -> None:
+        """Record how the attempt ended (a cancel already did) and clear what it left on its channel."""
+        attempt = run.attempt
+        if not isinstance(exc, JobCancelled):
+            ended = records.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else records.FAILED
+            records.set_status(self.store(), attempt.job_id, attempt.number, ended, error=str(exc) or "interrupted")
+        if self.uses_channel:
+            clear_job_channel(run.job, attempt.job_id, attempt.number)

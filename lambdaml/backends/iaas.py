@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from lambdaml.backends.base import Backend, EventCallback, JobEvent
+from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Run
 from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError, JobFailed
 from lambdaml.runtime.iaas import cluster_cost
-from lambdaml.runtime.job import collect_reports
 from lambdaml.runtime.records import Attempt
-from lambdaml.storage import open_storage
-
-log = logging.getLogger(__name__)
+from lambdaml.runtime.results import collect_reports
 
 _SILENCE_GRACE_S = 60.0  # on top of the sync timeout: torchrun and torch imports take a while
 _POLL_S = 0.05
@@ -48,41 +45,63 @@ def torchrun_command(
     return command
 
 
-class IaaSLocalBackend(Backend):
+@dataclass
+class _Torchrun:
+    process: subprocess.Popen[bytes]
+    tmp: tempfile.TemporaryDirectory[str]
+    log_file: IO[bytes]
+
+    @property
+    def events_dir(self) -> Path:
+        return Path(self.tmp.name)
+
+    @property
+    def log_path(self) -> Path:
+        return self.events_dir / "torchrun.log"
+
+
+class IaaSLocalBackend(MachineBackend):
+    name = "iaas-local"
     uses_channel = False
 
-    def run(
-        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
-    ) -> list[dict[str, Any]]:
+    def check(self, job: JobSpec) -> None:
         if job.sync.protocol != "bsp":
             raise ConfigError(
                 f"the iaas backends run protocol 'bsp' only (gloo collectives), not {job.sync.protocol!r}"
             )
         if importlib.util.find_spec("torch") is None:
             raise ConfigError("the iaas-local backend needs torch: pip install 'lambdaml[torch]'")
+
+    def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> _Torchrun:
         env = {
             **os.environ,
             "GLOO_SOCKET_IFNAME": "lo",  # keep gloo on loopback, whatever the host's name resolves to
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "TORCHELASTIC_ERROR_FILE": "",
         }
-        with tempfile.TemporaryDirectory(prefix="lambdaml-iaas-") as tmp:
-            events_dir = Path(tmp)
-            log_path = events_dir / "torchrun.log"
-            command = torchrun_command(attempt.job_id, job.workers, job.storage, attempt=attempt.number, events=tmp)
-            with log_path.open("wb") as log_file:
-                process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-                try:
-                    self._follow(job, process, events_dir, log_path, on_event)
-                finally:
-                    if process.poll() is None:
-                        process.terminate()
-                        try:
-                            process.wait(timeout=10)
-                        except subprocess.TimeoutExpired:
-                            process.kill()
-                            process.wait()
-        return collect_reports(open_storage(job.storage), job, attempt)
+        tmp = tempfile.TemporaryDirectory(prefix="lambdaml-iaas-")
+        log_file = (Path(tmp.name) / "torchrun.log").open("wb")
+        command = torchrun_command(attempt.job_id, job.workers, job.storage, attempt=attempt.number, events=tmp.name)
+        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        return _Torchrun(process, tmp, log_file)
+
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+        torchrun: _Torchrun = run.handle
+        self._follow(run.job, torchrun.process, torchrun.events_dir, torchrun.log_path, on_event)
+        return collect_reports(self.store(), run.job, run.attempt)
+
+    def stop(self, run: Run) -> None:
+        torchrun: _Torchrun = run.handle
+        process = torchrun.process
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        torchrun.log_file.close()
+        torchrun.tmp.cleanup()
 
     def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         return cluster_cost(job, workers, wall_s)

@@ -7,15 +7,18 @@ import multiprocessing as mp
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from lambdaml.backends.base import Backend, EventCallback, JobEvent
+from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Run
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.cost import job_cost
-from lambdaml.errors import JobFailed, LambdaMLError
+from lambdaml.errors import JobCancelled, JobFailed, LambdaMLError
+from lambdaml.runtime.heartbeat import both, heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.worker import Lifetime, run_worker
+from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,10 @@ def _worker_main(
         events.put(("epoch", rank, (epoch, loss, elapsed)))
 
     try:
-        report = run_worker(job, attempt, rank, secret=secret, on_epoch=on_epoch, channel=channel, lifetime=lifetime)
+        beat = both(on_epoch, heartbeat(open_storage(job.storage), attempt))
+        report = run_worker(job, attempt, rank, secret=secret, on_epoch=beat, channel=channel, lifetime=lifetime)
+    except JobCancelled as exc:
+        events.put(("cancelled", rank, str(exc)))
     except LambdaMLError as exc:
         events.put(("error", rank, str(exc)))
     except Exception as exc:  # a bug: keep the type so it can be found
@@ -54,12 +60,18 @@ def _worker_main(
         events.put(("done", rank, report))
 
 
-class LocalBackend(Backend):
+@dataclass
+class _Workers:
+    workers: list[Any]
+    events: Any
+
+
+class LocalBackend(MachineBackend):
     """Each rank in its own process, like Lambda; the in-memory channel runs ranks as threads."""
 
-    def run(
-        self, job: JobSpec, attempt: Attempt, *, secret: bytes | None = None, on_event: EventCallback | None = None
-    ) -> list[dict[str, Any]]:
+    name = "local"
+
+    def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> _Workers:
         job_data, attempt_data = job.model_dump(mode="json"), attempt.to_json()
         workers: list[Any]
         if job.channel.kind == "memory":
@@ -84,17 +96,16 @@ class LocalBackend(Backend):
             ]
         for worker in workers:
             worker.start()
-        try:
-            return self._collect(job, workers, events, on_event)
-        finally:
-            for worker in workers:
-                if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
-                    worker.terminate()
-                worker.join(timeout=5)
+        return _Workers(workers, events)
 
-    def _collect(
-        self, job: JobSpec, workers: list[Any], events: Any, on_event: EventCallback | None
-    ) -> list[dict[str, Any]]:
+    def stop(self, run: Run) -> None:
+        for worker in run.handle.workers:
+            if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
+                worker.terminate()
+            worker.join(timeout=5)
+
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+        job, workers, events = run.job, run.handle.workers, run.handle.events
         reports: dict[int, dict[str, Any]] = {}
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
         last_heard = time.monotonic()
@@ -114,6 +125,8 @@ class LocalBackend(Backend):
                 else:
                     continue
             last_heard = time.monotonic()
+            if kind == "cancelled":
+                raise JobCancelled(payload)
             if kind == "error":
                 raise JobFailed(f"worker {rank} failed: {payload}")
             if kind == "epoch":

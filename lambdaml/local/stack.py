@@ -25,11 +25,9 @@ from typing import Any
 import yaml
 
 from lambdaml import aws, keys, settings
+from lambdaml.backends.stack import local_stacks
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.local import services
-from lambdaml.runtime.remote import local_stacks
-
-log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_BUCKET = "lambdaml-local-code"

@@ -12,7 +12,6 @@ attempt is refused.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,8 +20,6 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.errors import CodecError, DataError, KeyNotFound
 from lambdaml.seal import Sealer
-
-log = logging.getLogger(__name__)
 
 PERIODIC_SLOTS = ("s0", "s1")
 CONTINUATION_SLOT = "cont"

@@ -20,7 +20,7 @@ from typing import Any
 from lambdaml import aws, keys, settings
 from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.errors import ConfigError, LambdaMLError
-from lambdaml.runtime.job import begin
+from lambdaml.runtime.start import begin
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ from lambdaml.cost import ec2_cost
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
 from lambdaml.runtime import records
-from lambdaml.runtime.job import assemble_result, collect_reports
+from lambdaml.runtime.heartbeat import both, heartbeat
+from lambdaml.runtime.results import assemble_result, collect_reports
 from lambdaml.runtime.worker import run_worker
 from lambdaml.storage import open_storage, put_json
 
@@ -72,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(events, {"kind": "epoch", "rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed})
 
         comm = TorchDistCommunicator(rank, world)
-        report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=on_epoch)
+        beat = both(on_epoch, heartbeat(store, attempt))
+        report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=beat)
         put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report)
         if args.assemble and rank == 0:
             reports = collect_reports(store, job, attempt)

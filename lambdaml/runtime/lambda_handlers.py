@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Any, Protocol
 
-from lambdaml import keys, settings
+from lambdaml import catalogue, keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
-from lambdaml.runtime.job import assemble_result, begin, clear_job_channel, collect_reports, job_secret
+from lambdaml.runtime.heartbeat import heartbeat
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports
+from lambdaml.runtime.start import begin, job_secret
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage, put_json
 
@@ -95,14 +96,49 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
 
 def _start(event: dict[str, Any], invoker: Invoker, *, resume: bool) -> dict[str, Any]:
     job = parse_job(event.get("job"), "job")
-    worker = event.get("worker_function") or os.environ.get(settings.ENV_WORKER_FUNCTION)
-    if not worker:
-        raise ConfigError(f"no worker function: set {settings.ENV_WORKER_FUNCTION} or pass 'worker_function'")
+    stack = settings.stack_environment()
+    check_fits_stack(job, stack)
+    worker = event.get("worker_function") or worker_function(job, stack)
     _, _, attempt = begin(job, event.get("job_id"), resume=resume)
     secret = job_secret(job)
     for rank in range(job.workers):
         invoker.invoke_async(worker, worker_event(job, attempt, rank, worker, secret=secret))
     return {"job_id": attempt.job_id, "attempt": attempt.number, "state": "running"}
+
+
+def worker_function(job: JobSpec, stack: settings.StackEnvironment) -> str:
+    """The function a job's workers run in: the torch image for torch models, the zip worker otherwise."""
+    if catalogue.model(job.model.name).needs == "torch":
+        if not stack.torch_worker_function:
+            raise ConfigError(
+                f"model {job.model.name!r} runs in the torch worker image, which this stack does not have: "
+                "build functions/worker_image/ and deploy with TorchImageUri=<image URI>"
+            )
+        return stack.torch_worker_function
+    if not stack.worker_function:
+        raise ConfigError(f"no worker function: set {settings.ENV_WORKER_FUNCTION} or pass 'worker_function'")
+    return stack.worker_function
+
+
+def check_fits_stack(job: JobSpec, stack: settings.StackEnvironment) -> None:
+    """Refuse, in one line, a job whose data or channel is not this stack's (its roles reach only its own)."""
+    if not stack.in_a_stack:
+        return
+    channel = job.channel
+    bind = "; start it with 'lambdaml train JOB --stack NAME', which binds it to the stack"
+    if job.storage.bucket != stack.data_bucket:
+        raise ConfigError(f"this stack keeps its data in {stack.data_bucket!r}, not {job.storage.bucket!r}{bind}")
+    if channel.kind == "s3" and channel.bucket != stack.comm_bucket:
+        raise ConfigError(f"this stack's S3 channel is bucket {stack.comm_bucket!r}, not {channel.bucket!r}{bind}")
+    if channel.kind == "dynamodb" and channel.table != stack.channel_table:
+        raise ConfigError(f"this stack's channel table is {stack.channel_table!r}, not {channel.table!r}{bind}")
+    if channel.kind in ("redis", "memcached"):
+        if stack.cache_kind is None:
+            raise ConfigError(f"the job's channel is {channel.kind}, but this stack has no cache; deploy it with one")
+        if channel.kind != stack.cache_kind:
+            raise ConfigError(f"the job's channel is {channel.kind}, but this stack's cache is {stack.cache_kind}")
+    if channel.kind == "memory":
+        raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
 
 
 def worker_event(
@@ -158,13 +194,6 @@ def work(
         return {"rank": rank, "status": f"skipped: job {state}"}
     secret = bytes.fromhex(event["seal_key"]) if event.get("seal_key") else None
 
-    def heartbeat(r: int, epoch: int, loss: float, elapsed: float) -> None:
-        record = {"rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed, "invocation": invocation}
-        key = keys.worker_heartbeat(job_id, attempt.number, r)
-        put_json(store, key, {**record, "state": "running", "at": time.time()})
-        if store.get_many([keys.job_cancel(job_id, attempt.number)]):
-            raise JobCancelled(f"job {job_id} was cancelled")
-
     lifetime = Lifetime(
         cold=cold,
         memory_mb=int(getattr(context, "memory_limit_in_mb", 0) or 0),
@@ -176,8 +205,9 @@ def work(
     try:
         if invocation > job.runtime.max_invocations:
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
+        beat = heartbeat(store, attempt, invocation=invocation)
         report = run_worker(
-            job, attempt, rank, secret=secret, on_epoch=heartbeat, store=store, channel=channel, lifetime=lifetime
+            job, attempt, rank, secret=secret, on_epoch=beat, store=store, channel=channel, lifetime=lifetime
         )
     except JobCancelled:
         clear_job_channel(job, job_id, attempt.number, channel)

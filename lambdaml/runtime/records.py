@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -24,8 +23,6 @@ from lambdaml.config import JobSpec, parse_job
 from lambdaml.errors import CodecError, ConfigError, KeyNotFound
 from lambdaml.runtime.checkpoint import periodic_rounds
 from lambdaml.storage import get_json, put_json
-
-log = logging.getLogger(__name__)
 
 RUNNING, SUCCEEDED, FAILED, CANCELLED, INTERRUPTED = "running", "succeeded", "failed", "cancelled", "interrupted"
 ENDED = (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED)

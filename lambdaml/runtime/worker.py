@@ -31,13 +31,11 @@ from lambdaml.models import MODELS
 from lambdaml.runtime import checkpoint as ckpt
 from lambdaml.runtime.checkpoint import Position
 from lambdaml.runtime.heap import keep_freed_buffers
+from lambdaml.runtime.heartbeat import EpochCallback
 from lambdaml.runtime.records import Attempt
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
-
-#: Called after every epoch with (rank, epoch, mean loss, seconds since start).
-EpochCallback = Callable[[int, int, float, float], None]
 
 _TIME_KEYS = ("load_s", "compute_s", "comm_s", "wait_s", "total_s")
 
@@ -188,8 +186,9 @@ def _run_worker(
         )
     spec = job.algorithm
     state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
-    if state.reduces_gradients and state.asynchronous is None and state.reducer is None:
-        comm.attach_gradient_sync(model)  # DDP, on IaaS; a compressed job keeps its compressor
+    sync = state.sync
+    if state.reduces_gradients:
+        sync.attach_gradient_sync(model)  # DDP, on IaaS, where the protocol allows it
     if saved_state is None:
         state.on_start(X, y)
     else:
@@ -214,25 +213,22 @@ def _run_worker(
             billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb, "cold": lifetime.cold})
         return Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
-    asynchronous = state.asynchronous
-    if asynchronous is not None and restarts:
-        asynchronous.resumable = True
-        asynchronous.log.replaying = True  # a retry without a checkpoint replays from the start
+    if restarts:
+        sync.prepare_restarts()
 
     def progress() -> int:
         """Rounds (BSP) or pushes (ASP/SSP) so far: what checkpoints are spaced by."""
-        return comm.round if asynchronous is None else asynchronous.log.pushed
+        return sync.progress()
 
     def checkpoint(epoch: int, step: int, slot: str) -> None:
         arrays = _state_arrays(state.state_dict(), rank)
         ckpt.save(store, job_id, attempt.number, rank, slot, snapshot(epoch, step), arrays)
-        if asynchronous is not None:
-            asynchronous.checkpointed()
+        sync.checkpointed()
 
     # Periodic checkpoints fall on multiples of checkpoint_every, so under BSP every rank
     # writes the same rounds; ASP checkpoints only serve restarts within a Lambda attempt.
     every = lifetime.checkpoint_every if lifetime is not None else 0
-    periodic = lifetime is not None and (restarts or asynchronous is None)
+    periodic = lifetime is not None and (restarts or not sync.asynchronous)
     due = (progress() // every + 1) * every if every else 0
     slowest_step = 0.0
     rss_after_first_epoch = peak_rss_mb()
@@ -276,8 +272,8 @@ def _run_worker(
         # Flat memory: the peak after this invocation's first epoch against the peak at the end.
         "memory": {"peak_rss_after_first_epoch_mb": rss_after_first_epoch, "peak_rss_mb": peak_rss_mb()},
     }
-    if state.asynchronous is not None:
-        report["async"] = state.asynchronous.stats()
+    if sync.asynchronous:
+        report["async"] = sync.stats()
     comm.finish()
 
     if rank == 0:

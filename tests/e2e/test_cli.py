@@ -117,7 +117,7 @@ def test_numpy_path_never_imports_torch(tmp_path: Path, small_dataset: StorageSp
     # The in-memory channel runs the workers as threads, so this process sees every import.
     path = job_file(tmp_path, small_dataset, services, channel={"kind": "memory"})
     code = (
-        "import sys; from lambdaml.config import load_job; from lambdaml.runtime.job import run_job;"
+        "import sys; from lambdaml.config import load_job; from lambdaml.driver import run_job;"
         f"run_job(load_job({str(path)!r}), results_dir=None);"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from lambdaml import codec, keys
+from lambdaml.backends import stack as remote
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.local import stack
-from lambdaml.runtime import remote
-from lambdaml.runtime.job import run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(

@@ -12,8 +12,8 @@ from lambdaml import cli, keys
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.errors import DataError
-from lambdaml.runtime.job import run_job
 from tests.helpers import unique_name
 
 SHARDS = 8

@@ -12,9 +12,9 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.models.kmeans import KMeansModel, initial_centroids
 from lambdaml.models.linear import LogisticRegression
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 from tests.helpers import CHANNEL_KINDS, Services, channel_spec, unique_name
 

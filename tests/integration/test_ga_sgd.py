@@ -12,8 +12,8 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
+from lambdaml.driver import run_job
 from lambdaml.models.linear import LogisticRegression
-from lambdaml.runtime.job import run_job
 from tests.helpers import Services, channel_spec, single_process_sgd
 
 WORKERS = 4

@@ -13,8 +13,8 @@ from lambdaml.cli import main
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.data.builtin import load_builtin
+from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError, JobFailed
-from lambdaml.runtime.job import run_job
 from tests.helpers import Services, channel_spec
 
 pytestmark = pytest.mark.timeout(300)

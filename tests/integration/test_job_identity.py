@@ -18,9 +18,9 @@ from lambdaml.backends import JobEvent
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError
 from lambdaml.runtime import lambda_handlers, records
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec, unique_name
 from tests.lambda_harness import FakeContext, invoker, model, start

@@ -11,7 +11,7 @@ import pytest
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
-from lambdaml.runtime.job import run_job
+from lambdaml.driver import run_job
 from tests.helpers import Services, channel_spec
 
 WORKERS = 4

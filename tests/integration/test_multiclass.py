@@ -17,9 +17,9 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards
+from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError
 from lambdaml.models.multiclass import SoftmaxRegression
-from lambdaml.runtime.job import run_job
 from tests.helpers import Services, channel_spec, single_process_sgd
 
 WORKERS = 4

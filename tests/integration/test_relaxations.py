@@ -27,8 +27,8 @@ from lambdaml.compression.compressors import OneBit
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
+from lambdaml.driver import run_job
 from lambdaml.models.linear import LogisticRegression
-from lambdaml.runtime.job import run_job
 from lambdaml.runtime.worker import Lifetime, run_worker
 from tests.helpers import Services, channel_spec, first_attempt, unique_name
 

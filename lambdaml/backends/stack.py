@@ -1,28 +1,26 @@
-"""Jobs on a deployed stack (AWS, or the local stack): start, watch, collect, cancel.
+"""The stack backend: jobs on a deployed stack (AWS, or the local stack), through its coordinator.
 
 A stack is known by its CloudFormation outputs. The job file keeps its algorithm and
-model; where data and channels live comes from the stack, so the same job file runs
-locally and on AWS.
+model; where data and channels live comes from the stack (``bind``), so the same job file
+runs locally and on AWS. The coordinator claims the job and starts the Lambda workers;
+this side follows their heartbeats to the result rank 0 assembles.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lambdaml import aws, keys, settings
+from lambdaml.backends.base import Backend, EventCallback, JobEvent, Run
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
-from lambdaml.errors import ConfigError, JobFailed, LambdaMLError
+from lambdaml.errors import ConfigError, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
 from lambdaml.storage import get_json, open_storage
-
-log = logging.getLogger(__name__)
 
 
 def local_stacks() -> Path:
@@ -117,19 +115,18 @@ def _invoke(client: Any, function: str, event: dict[str, Any]) -> dict[str, Any]
     return dict(payload)
 
 
-ProgressCallback = Callable[[dict[str, Any], list[dict[str, Any]]], None]
-
-
 def watch(
     job: JobSpec,
     job_id: str,
     attempt: int,
     stack: Stack,
     *,
-    on_progress: ProgressCallback | None = None,
+    on_event: EventCallback | None = None,
     poll_s: float = 0.5,
 ) -> dict[str, Any]:
     """Follow an attempt's heartbeats until the job ends; return its result record.
+
+    Each rank's new epoch is reported as a ``JobEvent``, as local workers report theirs.
 
     Bounded: if neither the status nor any heartbeat changes for the job's sync timeout
     plus a minute, the job is declared stuck. A later attempt of the job ends this one.
@@ -138,6 +135,7 @@ def watch(
     beats = [keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)]
     last_change, last_seen = time.monotonic(), None
     limit = job.sync.timeout_s + 60
+    reported: dict[int, int] = {}  # rank -> the last epoch reported
     while True:
         status = status_of(store, job_id)
         if int(status.get("attempt", 1)) != attempt:
@@ -146,14 +144,19 @@ def watch(
         seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h["epoch"]) for h in heartbeats))
         if seen != last_seen:
             last_seen, last_change = seen, time.monotonic()
-            if on_progress is not None:
-                on_progress(status, heartbeats)
+        for beat in sorted(heartbeats, key=lambda h: (h["epoch"], h["rank"])):
+            if beat["epoch"] > reported.get(beat["rank"], 0):
+                reported[beat["rank"]] = beat["epoch"]
+                if on_event is not None:
+                    on_event(JobEvent(beat["rank"], beat["epoch"], beat["loss"], beat["elapsed_s"]))
         state = status.get("state")
         if state == "succeeded":
             result: dict[str, Any] = get_json(store, keys.job_result(job_id))
             return result
-        if state in ("failed", "cancelled"):
-            raise JobFailed(f"job {job_id} {state}: {status.get('error', 'no detail')}")
+        if state == "cancelled":
+            raise JobCancelled(f"job {job_id} was cancelled")
+        if state == "failed":
+            raise JobFailed(f"job {job_id} failed: {status.get('error', 'no detail')}")
         if time.monotonic() - last_change > limit:
             raise JobFailed(f"job {job_id} made no progress for {limit:g}s (last state: {state})")
         time.sleep(poll_s)
@@ -183,4 +186,38 @@ def stack_store(stack: Stack) -> Channel:
     return open_storage(StorageSpec(bucket=bucket, endpoint_url=endpoint, region=stack.region))
 
 
-__all__ = ["LambdaMLError", "Stack", "bind", "cancel", "resolve_stack", "stack_store", "start", "status_of", "watch"]
+class StackBackend(Backend):
+    """Lambda workers in a deployed stack; the job must be bound to the stack (``bind``)."""
+
+    name = "lambda"
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+
+    def store(self) -> Channel:
+        return stack_store(self.stack)
+
+    def launch(self, job: JobSpec, *, job_id: str | None = None, resume: bool = False) -> Run:
+        started_id, number = start(job, self.stack, job_id=job_id, resume=resume)
+        return Run(job, records.read_attempt(self.store(), started_id, number))
+
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+        return watch(run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Through the coordinator, as a user without write access to the bucket would."""
+        return cancel(job_id, self.stack)
+
+
+__all__ = [
+    "LambdaMLError",
+    "Stack",
+    "StackBackend",
+    "bind",
+    "cancel",
+    "resolve_stack",
+    "stack_store",
+    "start",
+    "status_of",
+    "watch",
+]

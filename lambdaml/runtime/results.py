@@ -1,121 +1,29 @@
-"""The job driver: check the job before any worker starts, run it, assemble the result."""
+"""A finished job's result: every rank's report gathered into one record, by one function whatever ran it.
+
+Also where results go on disk, and clearing what an attempt left on its channel.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import secrets
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lambdaml import keys, seal
-from lambdaml.backends import BACKENDS, JobEvent
+from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
 from lambdaml.cost import job_cost
-from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
-from lambdaml.errors import JobFailed, LambdaMLError
-from lambdaml.runtime import records
+from lambdaml.data.shards import Manifest
+from lambdaml.errors import LambdaMLError
 from lambdaml.runtime.records import Attempt
-from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
 
 #: Prices a run from its job, per-worker records and wall time (``Backend.cost``).
 CostFunction = Callable[[JobSpec, list[dict[str, Any]], float], dict[str, Any]]
-
-
-def new_job_id(name: str) -> str:
-    return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-#: How long a job may go unheard (no heartbeat, no state change) past its sync timeout before
-#: ``--resume`` treats it as interrupted rather than still running.
-STALE_GRACE_S = 60.0
-
-
-def preflight(
-    job: JobSpec, *, check_channel: bool = True, dataset_version: str | None = None
-) -> tuple[Channel, Manifest]:
-    """Fail fast, with one line, on what would otherwise fail inside every worker."""
-    store = open_storage(job.storage)
-    manifest = read_manifest(store, job.dataset, dataset_version)
-    shards_of_worker(manifest, 0, job.workers)
-    from lambdaml.models import MODELS
-
-    MODELS.get(job.model.name).check_dataset(job.model.name, manifest)
-    if check_channel:
-        channel = open_channel(job.channel)
-        channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
-        channel.ping()
-        channel.close()
-    return store, manifest
-
-
-def begin(
-    job: JobSpec, job_id: str | None, *, resume: bool = False, check_channel: bool = True
-) -> tuple[Channel, Manifest, Attempt]:
-    """Check the job, then claim its id (or, with ``resume``, its next attempt): the one way every job starts.
-
-    A new job trains on the dataset's current version; a resumed one on the version its
-    first attempt pinned. Nothing is claimed when a check fails.
-    """
-    if resume:
-        if not job_id:
-            raise LambdaMLError("--resume needs the id of the job to continue")
-        store = open_storage(job.storage)
-        _, manifest = preflight(job, check_channel=check_channel, dataset_version=records.first_version(store, job_id))
-        attempt = records.resume_job(store, job, job_id, stale_after_s=job.sync.timeout_s + STALE_GRACE_S)
-        if check_channel:  # what an attempt killed outright left on the channel
-            clear_job_channel(job, job_id, attempt.number - 1)
-        return store, manifest, attempt
-    job_id = job_id or new_job_id(job.name)
-    store, manifest = preflight(job, check_channel=check_channel)
-    return store, manifest, records.claim_job(store, job, job_id, manifest.dataset_version)
-
-
-def job_secret(job: JobSpec) -> bytes | None:
-    """A fresh MAC key for the job's channel values where the channel asks for one (never stored)."""
-    return seal.new_secret() if job.channel.authenticates_values else None
-
-
-def run_job(
-    job: JobSpec,
-    *,
-    job_id: str | None = None,
-    backend: str = "local",
-    on_event: Callable[[JobEvent], None] | None = None,
-    results_dir: str | Path | None = "results",
-    resume: bool = False,
-) -> dict[str, Any]:
-    """Run a job to the end and return its result record (also written to S3 and disk).
-
-    The job's state is recorded as it goes; a failure or an interrupt (Ctrl-C) is recorded
-    too, so ``--resume`` can continue the job from its checkpoints.
-    """
-    runner = BACKENDS.get(backend)()
-    store, manifest, attempt = begin(job, job_id, resume=resume, check_channel=runner.uses_channel)
-    job_id = attempt.job_id
-    started_at = datetime.now(UTC).isoformat()
-    started = time.perf_counter()
-    try:
-        reports = runner.run(job, attempt, secret=job_secret(job) if runner.uses_channel else None, on_event=on_event)
-    except (JobFailed, KeyboardInterrupt) as exc:
-        ended = records.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else records.FAILED
-        records.set_status(store, job_id, attempt.number, ended, error=str(exc) or "interrupted")
-        if runner.uses_channel:
-            clear_job_channel(job, job_id, attempt.number)
-        raise
-    wall_s = time.perf_counter() - started
-    result = assemble_result(
-        job, attempt, manifest, reports, wall_s=wall_s, started_at=started_at, backend=backend, cost=runner.cost
-    )
-    put_json(store, keys.job_result(job_id), result)
-    records.set_status(store, job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
-    return save_result(result, results_dir)
 
 
 def save_result(result: dict[str, Any], results_dir: str | Path | None) -> dict[str, Any]:

@@ -1,0 +1,72 @@
+"""Starting a job: check it before any worker runs, then claim its id or its next attempt.
+
+The one way every job starts, whatever runs its workers: the job driver calls it for local
+processes and torchrun, the coordinator for Lambda.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+from lambdaml import catalogue, seal
+from lambdaml.channels import Channel, open_channel
+from lambdaml.config import JobSpec
+from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
+from lambdaml.errors import LambdaMLError
+from lambdaml.runtime import records
+from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.results import clear_job_channel
+from lambdaml.storage import open_storage
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+#: How long a job may go unheard (no heartbeat, no state change) past its sync timeout before
+#: ``--resume`` treats it as interrupted rather than still running.
+STALE_GRACE_S = 60.0
+
+
+def preflight(
+    job: JobSpec, *, check_channel: bool = True, dataset_version: str | None = None
+) -> tuple[Channel, Manifest]:
+    """Fail fast, with one line, on what would otherwise fail inside every worker."""
+    store = open_storage(job.storage)
+    manifest = read_manifest(store, job.dataset, dataset_version)
+    shards_of_worker(manifest, 0, job.workers)
+    catalogue.model(job.model.name).check_classes(manifest.name, manifest.n_classes)
+    if check_channel:
+        channel = open_channel(job.channel)
+        channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
+        channel.ping()
+        channel.close()
+    return store, manifest
+
+
+def begin(
+    job: JobSpec, job_id: str | None, *, resume: bool = False, check_channel: bool = True
+) -> tuple[Channel, Manifest, Attempt]:
+    """Check the job, then claim its id (or, with ``resume``, its next attempt): the one way every job starts.
+
+    A new job trains on the dataset's current version; a resumed one on the version its
+    first attempt pinned. Nothing is claimed when a check fails.
+    """
+    if resume:
+        if not job_id:
+            raise LambdaMLError("--resume needs the id of the job to continue")
+        store = open_storage(job.storage)
+        _, manifest = preflight(job, check_channel=check_channel, dataset_version=records.first_version(store, job_id))
+        attempt = records.resume_job(store, job, job_id, stale_after_s=job.sync.timeout_s + STALE_GRACE_S)
+        if check_channel:  # what an attempt killed outright left on the channel
+            clear_job_channel(job, job_id, attempt.number - 1)
+        return store, manifest, attempt
+    job_id = job_id or new_job_id(job.name)
+    store, manifest = preflight(job, check_channel=check_channel)
+    return store, manifest, records.claim_job(store, job, job_id, manifest.dataset_version)
+
+
+def job_secret(job: JobSpec) -> bytes | None:
+    """A fresh MAC key for the job's channel values where the channel asks for one (never stored)."""
+    return seal.new_secret() if job.channel.authenticates_values else None
