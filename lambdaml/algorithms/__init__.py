@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-from lambdaml.algorithms.base import AlgorithmState, reify
-from lambdaml.registry import Registry
+from typing import TYPE_CHECKING
 
-ALGORITHMS: Registry[type[AlgorithmState]] = Registry("algorithm")
-ALGORITHMS.register("ga_sgd", "lambdaml.algorithms.ga_sgd:GASGD")
-ALGORITHMS.register("ma_sgd", "lambdaml.algorithms.ma_sgd:MASGD")
-ALGORITHMS.register("admm", "lambdaml.algorithms.admm:ADMM")
-ALGORITHMS.register("kmeans", "lambdaml.algorithms.kmeans:KMeans")
-ALGORITHMS.register("onebit_adam", "lambdaml.algorithms.onebit_adam:OneBitAdam")
-ALGORITHMS.register("dpsgd", "lambdaml.algorithms.decentralized:DPSGD")
-ALGORITHMS.register("dcd_psgd", "lambdaml.algorithms.decentralized:DCDPSGD")
-ALGORITHMS.register("ecd_psgd", "lambdaml.algorithms.decentralized:ECDPSGD")
-ALGORITHMS.register("choco_sgd", "lambdaml.algorithms.decentralized:CHOCOSGD")
+import numpy as np
+
+from lambdaml import catalogue
+from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.registry import Registry
+from lambdaml.sync import open_protocol
+
+if TYPE_CHECKING:
+    from lambdaml.comm.base import Communicator
+    from lambdaml.config import AlgorithmSpec, SyncSpec
+    from lambdaml.models.base import Model
+
+ALGORITHMS: Registry[type[AlgorithmState]] = Registry.of("algorithm", catalogue.ALGORITHMS)
+
+
+def reify(
+    spec: AlgorithmSpec, model: Model, comm: Communicator, params: np.ndarray, sync: SyncSpec | None = None
+) -> AlgorithmState:
+    """Build the runtime state of the algorithm a spec names, under the sync protocol asked for (BSP if none)."""
+    cls = ALGORITHMS.get(spec.name)
+    return cls(spec, model, comm, params, open_protocol(spec, comm, sync, decentralized=cls.decentralized))
+
 
 __all__ = ["ALGORITHMS", "AlgorithmState", "reify"]

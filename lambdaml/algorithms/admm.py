@@ -29,7 +29,7 @@ class ADMM(AlgorithmState):
         if (epoch + 1) % self.spec.local_epochs and not last:
             return self._take_loss()
         world = self.comm.world_size
-        summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params + self.u)))
+        summed, loss = self._sum_epoch(self.params + self.u)
         z = summed / world
         if self.spec.l1 > 0:
             threshold = self.spec.l1 / (self.spec.rho * world)

@@ -1,14 +1,14 @@
 """Decentralized training on a ring: D-PSGD, DCD-PSGD, ECD-PSGD and CHOCO-SGD.
 
 Each step a worker writes one message under a key of its own and reads only its ring
-neighbours' messages (``lambdaml/comm/ring.py``); there is no collective per step. The
-mixing matrix is uniform over a worker and its distinct neighbours (1/3 each from W = 3,
-1/2 for W = 2), symmetric and doubly stochastic. Every method but D-PSGD sends a
-compressed message (``compression``; identity when none is given), and with the identity
-compressor each reduces to D-PSGD.
+neighbours' messages (the ring protocol, ``lambdaml/sync/ring.py``); there is no
+collective per step. The mixing matrix is uniform over a worker and its distinct
+neighbours (1/3 each from W = 3, 1/2 for W = 2), symmetric and doubly stochastic. Every
+method but D-PSGD sends a compressed message (``compression``; identity when none is
+given), and with the identity compressor each reduces to D-PSGD.
 
-Beyond the steps, two small collectives keep results comparable with the other
-algorithms: once per epoch the sample count and loss sum are summed over all workers
+Beyond the steps, the protocol's two small collectives keep results comparable with the
+other algorithms: once per epoch the sample count and loss sum are summed over all workers
 (for the loss curve), and after the last epoch the models are averaged once, so every
 worker ends with the average model that the methods' convergence results are about.
 """
@@ -22,15 +22,16 @@ from typing import ClassVar
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState, CompressionUse, substate
-from lambdaml.comm.channel import ChannelCommunicator
-from lambdaml.comm.ring import RingExchange, ring_weight
+from lambdaml.comm.ring import ring_weight
 from lambdaml.compression import Compressor, Payload, make_compressor, roundtrip
 from lambdaml.compression.compressors import Identity
 from lambdaml.data.sparse import Features
+from lambdaml.sync.base import mean_loss
+from lambdaml.sync.ring import RingProtocol
 
 
 class RingAlgorithm(AlgorithmState):
-    """What the ring methods share: the exchange, the compressor, local gradients, the step count."""
+    """What the ring methods share: the ring protocol, the compressor, local gradients, the step count."""
 
     decentralized = True
     compression: ClassVar[CompressionUse] = "optional"
@@ -38,9 +39,9 @@ class RingAlgorithm(AlgorithmState):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        if not isinstance(self.comm, ChannelCommunicator):
-            raise TypeError("decentralized training runs over a channel communicator")
-        self.ring = RingExchange(self.comm)
+        if not isinstance(self.sync, RingProtocol):  # reify gives a decentralized algorithm the ring
+            raise TypeError(f"{type(self).__name__} runs under the ring protocol, not {type(self.sync).__name__}")
+        self.ring = self.sync
         self.weight = ring_weight(self.comm.world_size)
         compression = self.spec.compression_spec
         self.compressor: Compressor = Identity() if compression is None else make_compressor(compression)
@@ -78,12 +79,9 @@ class RingAlgorithm(AlgorithmState):
         """One exchange with the neighbours and the model update, given this worker's gradient."""
 
     def end_epoch(self, epoch: int) -> float:
-        count, loss_sum = self.comm.allreduce(np.array([self._count, self._loss_sum]))
+        count, loss_sum = self.sync.sum(np.array([self._count, self._loss_sum]))
         self._loss_sum = self._count = 0.0
-        return float(loss_sum / count) if count else float("nan")
-
-    def finish(self) -> None:
-        self.params = self.comm.allreduce(self.params, op="mean")
+        return mean_loss(loss_sum, count)
 
     def _copies(self) -> dict[str, np.ndarray]:
         """Per-neighbour (or own) vectors that are state: replicas, estimates, public copies."""

@@ -23,7 +23,7 @@ class KMeans(AlgorithmState):
         X = require_dense(X, type(self).__name__)
         assert isinstance(self.model, KMeansModel)
         mine = initial_centroids(X, self.model.k, self.spec.seed) if self.comm.rank == 0 else None
-        self.params = self.comm.allreduce(np.zeros_like(self.params) if mine is None else mine.ravel())
+        self.params = self.sync.sum(np.zeros_like(self.params) if mine is None else mine.ravel())
         self._reset()
 
     def _reset(self) -> None:
@@ -46,9 +46,7 @@ class KMeans(AlgorithmState):
     def end_epoch(self, epoch: int) -> float:
         assert isinstance(self.model, KMeansModel)
         k, d = self.model.k, self.model.n_features
-        reduced, inertia = self._split_stats(self.comm.allreduce(self._with_stats(np.concatenate([
-            self._sums.ravel(), self._counts
-        ]))))  # fmt: skip
+        reduced, inertia = self._sum_epoch(np.concatenate([self._sums.ravel(), self._counts]))
         sums, counts = reduced[: k * d].reshape(k, d), reduced[k * d :]
         centroids = self.params.reshape(k, d).copy()
         filled = counts > 0

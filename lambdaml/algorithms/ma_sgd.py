@@ -11,10 +11,11 @@ from lambdaml.data.sparse import Features
 class MASGD(AlgorithmState):
     """Model averaging: one collective per averaging round instead of one per batch.
 
-    Only the weights are averaged; optimizer state (momentum, Adam moments) stays local
-    to each worker. Under ASP a worker pushes 1/W of its local progress and adopts the
-    global model as far as it knows it. With ``compression`` each worker sends its progress
-    since the last average (x_i - x) compressed, with error feedback on both sides.
+    Only the weights are averaged (by the protocol: exactly under BSP; under ASP a worker
+    pushes 1/W of its local progress and adopts the global model as far as it knows it);
+    optimizer state (momentum, Adam moments) stays local to each worker. With
+    ``compression`` each worker sends its progress since the last average (x_i - x)
+    compressed, with error feedback on both sides.
     """
 
     supports_async = True
@@ -31,28 +32,10 @@ class MASGD(AlgorithmState):
         last = epoch + 1 == self.spec.epochs
         if (epoch + 1) % self.spec.local_epochs and not last:
             return self._take_loss()  # a local epoch: the loss is this worker's
-        world = self.comm.world_size
-        if self.asynchronous is not None:
-            contribution = (self.params - self._base) / world
-            self._base += contribution + self.asynchronous.push_pull(contribution)
-            self.params = self._base.copy()
-            return self._take_loss()
-        if self.reducer is None:
-            summed, loss = self._split_stats(self.comm.allreduce(self._with_stats(self.params)))
-            self.params = summed / world
-            return loss
-        # Compressed: average the local progress since the last average, not the weights themselves.
-        stats = np.array([self._count, self._loss_sum], dtype=self.params.dtype)
-        progress, (count, loss_sum) = self._sum_with(self.params - self._base, stats)
-        self.params = self._base + progress / world
-        self._base = self.params.copy()
+        averaged, loss = self.sync.average(self.params, self._base, self._count, self._loss_sum)
+        self.params, self._base = averaged, averaged.copy()
         self._loss_sum = self._count = 0.0
-        return float(loss_sum / count) if count else float("nan")
-
-    def finish(self) -> None:
-        if self.asynchronous is not None:
-            self._base += self.asynchronous.drain(self._base)
-            self.params = self._base.copy()
+        return loss
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {**super().state_dict(), "base": self._base.copy()}

@@ -52,7 +52,7 @@ class OneBitAdam(AlgorithmState):
         keep = self.keep
         momentum = adam.beta1 * adam.m[keep] + (1 - adam.beta1) * (own + self.model.regularizer_grad(self.params))[keep]
         self.compute_s += time.perf_counter() - started
-        summed, (count, loss_sum) = self._sum_with(momentum, stats)
+        summed, (count, loss_sum) = self.sync.sum_with(momentum, stats)
         self._count += count
         self._loss_sum += loss_sum
         started = time.perf_counter()
@@ -63,7 +63,7 @@ class OneBitAdam(AlgorithmState):
         self.compute_s += time.perf_counter() - started
 
     def _warmup_step(self, grad: np.ndarray, stats: np.ndarray) -> None:
-        reduced = self.comm.allreduce(np.concatenate([grad, stats]))
+        reduced = self.sync.sum(np.concatenate([grad, stats]))  # exact: Adam's variance is not compressed
         count, loss_sum = reduced[-2], reduced[-1]
         self._count += count
         self._loss_sum += loss_sum

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from lambdaml import catalogue
 from lambdaml.comm.base import Communicator
 from lambdaml.registry import Registry
 
+if TYPE_CHECKING:
+    from lambdaml.comm.patterns import Pattern
+
 # A pattern is the strategy a channel communicator uses for allreduce.
-PATTERNS: Registry[type] = Registry("communication pattern")
-PATTERNS.register("allreduce", "lambdaml.comm.patterns:AllReduce")
-PATTERNS.register("scatter_reduce", "lambdaml.comm.patterns:ScatterReduce")
+PATTERNS: Registry[type[Pattern]] = Registry.of("communication pattern", catalogue.PATTERNS)
 
 __all__ = ["PATTERNS", "Communicator"]

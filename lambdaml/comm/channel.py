@@ -16,6 +16,8 @@ from lambdaml.channels import Channel
 from lambdaml.channels.sealed import SealedChannel
 from lambdaml.comm import PATTERNS
 from lambdaml.comm.base import Communicator
+from lambdaml.comm.patterns import PLAIN, ChunkCodec, Pattern
+from lambdaml.comm.rounds import Round
 from lambdaml.seal import Sealer
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,9 @@ log = logging.getLogger(__name__)
 class ChannelCommunicator(Communicator):
     """Rank, world size, a job namespace and a channel; the pattern decides the requests.
 
-    Each collective call gets the next round number, so every key is written once.
-    Every rank remembers the keys it wrote, and deletes its own once every rank has moved
+    The communicator owns the rounds: each collective call opens the next one (a
+    ``Round``), so every key is written once, and the pattern or ring works only through
+    it. Every rank remembers the keys it wrote, and deletes its own once every rank has moved
     past their round, in the background: the channel's size stays bounded however long the
     job runs, and no rank ever lists the store to find what to delete.
 
@@ -55,7 +58,7 @@ class ChannelCommunicator(Communicator):
         self.timeout_s = timeout_s
         self.round = first_round
         self.extra_retention = extra_retention
-        self.pattern: Any = PATTERNS.get(pattern)()
+        self.pattern: Pattern = PATTERNS.get(pattern)()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
         self._written: dict[int, list[str]] = {}  # round -> the keys this rank stored in it
@@ -68,35 +71,45 @@ class ChannelCommunicator(Communicator):
         return self.channel.stats.wait_s
 
     def _allreduce(self, x: np.ndarray) -> np.ndarray:
-        result: np.ndarray = self.pattern.allreduce(self, x, self.next_round())
-        return result
+        return self.pattern.allreduce(self._open_round(), x, PLAIN)  # Communicator.allreduce times it
 
-    def next_round(self) -> int:
-        """The round number of the next collective; every collective takes one, so keys are written once."""
+    def allreduce_with(self, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+        """The pattern's allreduce of ``x`` (W > 1) with ``codec`` putting pieces on the wire (compression)."""
+        with self.collective() as round_:
+            return self.pattern.allreduce(round_, x, codec)
+
+    @contextlib.contextmanager
+    def collective(self) -> Iterator[Round]:
+        """The round of one collective call beyond ``allreduce`` (the ring), timed as communication."""
+        with self.timed():
+            yield self._open_round()
+
+    def _open_round(self) -> Round:
         round_ = self.round
         self.round += 1
-        return round_
+        return Round(
+            round_,
+            self.rank,
+            self.world_size,
+            channel=self.channel,
+            key=self.key,
+            timeout_s=self.timeout_s,
+            written=self._written.setdefault(round_, []),
+            retire_through=self._retire_through,
+        )
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
-        """Count the time inside as communication (for collectives beyond ``allreduce``)."""
+        """Count the time inside as communication."""
         started = time.perf_counter()
         try:
             yield
         finally:
             self.comm_s += time.perf_counter() - started
 
-    def put(self, round_: int, key: str, data: bytes) -> None:
-        """Store one value of ``round_``, remembered for ``retire_round``."""
-        self.put_many(round_, [(key, data)])
-
-    def put_many(self, round_: int, items: list[tuple[str, bytes]]) -> None:
-        """Store values of ``round_`` concurrently, remembered for ``retire_round``."""
-        self._written.setdefault(round_, []).extend(self.channel.put_many(items))
-
-    def retire_round(self, round_: int) -> None:
+    def _retire_through(self, round_: int) -> None:
         """Delete, off the critical path, the keys this rank wrote up to ``round_``, which every
-        rank has moved past (each pattern knows when that is).
+        rank has moved past (the pattern's ``Round.retire`` knows when that is).
 
         With ``extra_retention`` the last few rounds stay readable, so a worker resumed
         from its checkpoint can replay them. Keys written before a restart are not
@@ -104,8 +117,8 @@ class ChannelCommunicator(Communicator):
         """
         round_ -= self.extra_retention
         done = [r for r in self._written if r <= round_]
-        if done:
-            stored = [key for r in sorted(done) for key in self._written.pop(r)]
+        stored = [key for r in sorted(done) for key in self._written.pop(r)]
+        if stored:
             self.in_background(self.channel.delete_stored, stored)
 
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:

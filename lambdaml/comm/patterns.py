@@ -1,21 +1,23 @@
-"""Collective patterns over a channel, written once for every channel.
+"""Collective patterns over a channel, written once for every channel and every encoding.
 
-The channel is the only thing that differs between S3, Redis, Memcached and DynamoDB.
-Both patterns add the W contributions in rank order 0..W-1, element by element, so they
-return bit-identical sums: to each other and to the left fold ``x0 + x1 + ... + x_{W-1}``.
+The channel is the only thing that differs between S3, Redis, Memcached and DynamoDB, and
+the codec the only thing that differs between a plain and a compressed collective: a
+pattern decides the requests, its ``ChunkCodec`` what travels in them. Both patterns add
+the W contributions in rank order 0..W-1, element by element, so with the plain codec
+they return bit-identical sums: to each other and to the left fold ``x0 + x1 + ... + x_{W-1}``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Protocol
 
 import numpy as np
 
 from lambdaml import codec
-
-if TYPE_CHECKING:
-    from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.comm.rounds import Round
 
 log = logging.getLogger(__name__)
 
@@ -36,41 +38,112 @@ def chunk_bounds(size: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-class AllReduce:
+def rank_order_sum(values: Iterable[np.ndarray]) -> np.ndarray:
+    """The left fold ``v0 + v1 + ...`` of at least two arrays, as a new array (the inputs are untouched)."""
+    it = iter(values)
+    total = np.add(next(it), next(it))  # one pass instead of copy-then-add
+    for value in it:
+        total += value
+    return total
+
+
+class ChunkCodec(Protocol):
+    """How one collective call's values go on the wire: the hook compression plugs into.
+
+    A chunk is a part of the vector that one rank owns (W chunks in ScatterReduce, one in
+    AllReduce). Every rank sends its *piece* of each chunk it does not own to the owner;
+    the owner sums the pieces in rank order and sends the *merged* chunk back. ``like`` is
+    this rank's own piece of the chunk: the dtype and shape a decoded value must have.
+    Decoded values are only read (they may share memory with the raw bytes).
+    """
+
+    def encode_piece(self, chunk: int, values: np.ndarray) -> bytes:
+        """The wire value of my piece of ``chunk``, for its owner."""
+
+    def own_piece(self, chunk: int, values: np.ndarray) -> np.ndarray:
+        """My piece of the chunk I own, as the sum counts it (what its wire value would decode to)."""
+
+    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+        """``sender``'s piece of the chunk I own."""
+
+    def encode_merged(self, chunk: int, total: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """The wire value of the merged chunk I own, and the values every rank reads from it."""
+
+    def decode_merged(self, chunk: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+        """A merged chunk another rank owns."""
+
+
+class PlainCodec:
+    """Values travel as they are, as codec tensors: the collective of an uncompressed job."""
+
+    def encode_piece(self, chunk: int, values: np.ndarray) -> bytes:
+        return codec.encode(values)
+
+    def own_piece(self, chunk: int, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+        return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
+
+    def encode_merged(self, chunk: int, total: np.ndarray) -> tuple[bytes, np.ndarray]:
+        return codec.encode(total), total
+
+    def decode_merged(self, chunk: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+        return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
+
+
+PLAIN = PlainCodec()
+
+
+class Pattern(ABC):
+    """A strategy for allreduce over a channel (registered by name in ``lambdaml.comm.PATTERNS``)."""
+
+    @abstractmethod
+    def chunks(self, world: int) -> int:
+        """How many chunks it cuts a vector into, chunk j owned by rank j (a compressor keeps memory per chunk)."""
+
+    @abstractmethod
+    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+        """The sum of ``x`` over the round's W > 1 ranks, identical on every rank and owned by the caller."""
+
+
+class AllReduce(Pattern):
     """One aggregator (rank 0): W-1 puts in, one merged put out, W-1 gets of it.
 
     The aggregator keeps its own vector in memory and fetches the others concurrently;
     contributions are summed in rank order so every run reduces identically. Simple, but
     the aggregator moves W times the vector, so it is the bottleneck for large W and d.
+    The whole vector is the one chunk, rank 0's.
     """
 
-    def allreduce(self, comm: ChannelCommunicator, x: np.ndarray, round_: int) -> np.ndarray:
-        if comm.world_size == 1:
-            return x.copy()
-        timeout = comm.timeout_s
-        merged_key = comm.key(round_, "ar", rank=None)
-        if comm.rank != 0:
-            comm.put(round_, comm.key(round_, "ar", rank=comm.rank), codec.encode(x))
-            raw = comm.channel.wait_for([merged_key], timeout)[merged_key]
-            # Rank 0 merged this round, so every rank had posted it: none reads round_-1 again.
-            comm.retire_round(round_ - 1)
-            return codec.decode(raw, dtype=x.dtype, shape=x.shape, what=f"merged value of round {round_}").copy()
-        part_keys = [comm.key(round_, "ar", rank=r) for r in range(1, comm.world_size)]
-        parts = comm.channel.wait_for(part_keys, timeout)
+    tag = "ar"
+
+    def chunks(self, world: int) -> int:
+        return 1
+
+    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+        merged_key = round_.key(self.tag, rank=None)
+        if round_.rank != 0:
+            round_.put(round_.key(self.tag, rank=round_.rank), codec.encode_piece(0, x))
+            raw = round_.wait_for([merged_key])[merged_key]
+            # Rank 0 merged this round, so every rank had posted it: none reads the previous round again.
+            round_.retire()
+            return codec.decode_merged(0, raw, x, f"merged value of round {round_.number}").copy()
+        own = codec.own_piece(0, x)
+        part_keys = [round_.key(self.tag, rank=r) for r in range(1, round_.world_size)]
+        parts = round_.wait_for(part_keys)
         values = (
-            codec.decode(parts[key], dtype=x.dtype, shape=x.shape, what=f"rank {r}'s value of round {round_}")
+            codec.decode_piece(0, r, parts[key], x, f"rank {r}'s value of round {round_.number}")
             for r, key in enumerate(part_keys, start=1)
         )
-        total = np.add(x, next(values))  # rank order: x0 + x1, then + x2 ...; a new array, x is untouched
-        for value in values:
-            total += value
-        comm.put(round_, merged_key, codec.encode(total))
+        data, total = codec.encode_merged(0, rank_order_sum([own, *values]))
+        round_.put(merged_key, data)
         # Every rank has posted this round, so all have read the previous round's merged value.
-        comm.retire_round(round_ - 1)
+        round_.retire()
         return total
 
 
-class ScatterReduce:
+class ScatterReduce(Pattern):
     """Every rank owns 1/W of the vector: W-1 concurrent puts, W-1 gets, 1 put, W-1 gets.
 
     Rank i splits x into W contiguous chunks, puts chunk j for its owner j, sums the W
@@ -82,59 +155,55 @@ class ScatterReduce:
 
     tag = "sr"
 
-    def allreduce(self, comm: ChannelCommunicator, x: np.ndarray, round_: int) -> np.ndarray:
-        world, rank = comm.world_size, comm.rank
+    def chunks(self, world: int) -> int:
+        return world
+
+    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+        world, rank, number = round_.world_size, round_.rank, round_.number
         flat = np.ascontiguousarray(x).reshape(-1)
-        if world == 1:
-            return flat.copy().reshape(x.shape)
-        channel, timeout = comm.channel, comm.timeout_s
         bounds = chunk_bounds(flat.size, world)
 
         # 1. Scatter: my piece of every chunk I do not own goes to its owner, all at once.
-        comm.put_many(
-            round_,
+        round_.put_many(
             [
-                (comm.key(round_, self.tag, rank=rank, chunk=j), codec.encode(flat[lo:hi]))
+                (round_.key(self.tag, rank=rank, chunk=j), codec.encode_piece(j, flat[lo:hi]))
                 for j, (lo, hi) in enumerate(bounds)
                 if j != rank
-            ],
+            ]
         )
 
         # 2. Reduce my chunk: the W-1 other pieces, added in rank order around my own.
         lo, hi = bounds[rank]
-        piece_keys = {r: comm.key(round_, self.tag, rank=r, chunk=rank) for r in range(world) if r != rank}
-        pieces = channel.wait_for(list(piece_keys.values()), timeout)
-        # Safe: rank r writes its pieces of this round only after its call for round_-1
-        # returned, i.e. after it wrote every round_-1 key it writes (pieces, merged chunk)
-        # and read every round_-1 value it reads (its chunk's pieces, all merged chunks).
-        # Holding this round's piece from every other rank, and being past round_-1 itself,
-        # this rank knows nobody touches round_-1 again, and deletes what it wrote there:
-        # the channel keeps the last two rounds (three while a delete runs).
-        comm.retire_round(round_ - 1)
-
-        def piece(r: int) -> np.ndarray:
-            if r == rank:
-                return flat[lo:hi]
-            return codec.decode(
-                pieces[piece_keys[r]],
-                dtype=flat.dtype,
-                shape=(hi - lo,),
-                what=f"rank {r}'s piece of chunk {rank} in round {round_}",
-            )
-
-        total = np.add(piece(0), piece(1))  # a new, writable array: one pass instead of copy-then-add
-        for r in range(2, world):
-            total += piece(r)
-        comm.put(round_, comm.key(round_, self.tag, rank=None, chunk=rank), codec.encode(total))
+        mine = flat[lo:hi]
+        own = codec.own_piece(rank, mine)
+        piece_keys = {r: round_.key(self.tag, rank=r, chunk=rank) for r in range(world) if r != rank}
+        pieces = round_.wait_for(list(piece_keys.values()))
+        # Safe: rank r writes its pieces of this round only after its call for the previous
+        # round returned, i.e. after it wrote every key it writes there (pieces, merged chunk)
+        # and read every value it reads there (its chunk's pieces, all merged chunks).
+        # Holding this round's piece from every other rank, and being past the previous round
+        # itself, this rank knows nobody touches that round again, and deletes what it wrote
+        # there: the channel keeps the last two rounds (three while a delete runs).
+        round_.retire()
+        data, total = codec.encode_merged(
+            rank,
+            rank_order_sum(
+                own
+                if r == rank
+                else codec.decode_piece(
+                    rank, r, pieces[piece_keys[r]], mine, f"rank {r}'s piece of chunk {rank} in round {number}"
+                )
+                for r in range(world)
+            ),
+        )
+        round_.put(round_.key(self.tag, rank=None, chunk=rank), data)
 
         # 3. Gather the merged chunks the other ranks own.
         out = np.empty_like(flat)
         out[lo:hi] = total
-        merged_keys = {j: comm.key(round_, self.tag, rank=None, chunk=j) for j in range(world) if j != rank}
-        merged = channel.wait_for(list(merged_keys.values()), timeout)
+        merged_keys = {j: round_.key(self.tag, rank=None, chunk=j) for j in range(world) if j != rank}
+        merged = round_.wait_for(list(merged_keys.values()))
         for j, key in merged_keys.items():
             lo_j, hi_j = bounds[j]
-            out[lo_j:hi_j] = codec.decode(
-                merged[key], dtype=flat.dtype, shape=(hi_j - lo_j,), what=f"merged chunk {j} of round {round_}"
-            )
+            out[lo_j:hi_j] = codec.decode_merged(j, merged[key], flat[lo_j:hi_j], f"merged chunk {j} of round {number}")
         return out.reshape(x.shape)

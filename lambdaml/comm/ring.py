@@ -38,17 +38,15 @@ class RingExchange:
         """Send ``message`` to my neighbours and return theirs, by rank (empty when alone)."""
         if not self.neighbours:
             return {}
-        comm = self.comm
-        round_ = comm.next_round()
-        with comm.timed():
-            comm.put(round_, comm.key(round_, self.tag, rank=comm.rank), codec.encode_bundle(message))
-            keys = {j: comm.key(round_, self.tag, rank=j) for j in self.neighbours}
-            raw = comm.channel.wait_for(list(keys.values()), comm.timeout_s)
+        with self.comm.collective() as round_:
+            round_.put(round_.key(self.tag, rank=round_.rank), codec.encode_bundle(message))
+            keys = {j: round_.key(self.tag, rank=j) for j in self.neighbours}
+            raw = round_.wait_for(list(keys.values()))
             # A neighbour that wrote round r has finished round r - 1, so the ranks h hops
             # away have finished round r - h: every rank is past round r - W//2 and no one
             # reads or writes it again.
-            comm.retire_round(round_ - comm.world_size // 2)
+            round_.retire(behind=round_.world_size // 2)
             return {
-                j: dict(codec.decode_bundle(raw[key], what=f"rank {j}'s message of round {round_}"))
+                j: dict(codec.decode_bundle(raw[key], what=f"rank {j}'s message of round {round_.number}"))
                 for j, key in keys.items()
             }

@@ -8,14 +8,21 @@ bit for bit what its receivers will read.
 
 from __future__ import annotations
 
-from lambdaml.compression.base import Compressor, ErrorFeedback, Payload, make_compressor, roundtrip
+from typing import TYPE_CHECKING
+
+from lambdaml import catalogue
+from lambdaml.compression.base import Compressor, ErrorFeedback, Payload, roundtrip
 from lambdaml.registry import Registry
 
-COMPRESSORS: Registry[type[Compressor]] = Registry("compressor")
-COMPRESSORS.register("identity", "lambdaml.compression.compressors:Identity")
-COMPRESSORS.register("onebit", "lambdaml.compression.compressors:OneBit")
-COMPRESSORS.register("qsgd", "lambdaml.compression.compressors:QSGD")
-COMPRESSORS.register("uint8", "lambdaml.compression.compressors:MinMaxUint8")
-COMPRESSORS.register("topk", "lambdaml.compression.compressors:TopK")
+if TYPE_CHECKING:
+    from lambdaml.config import CompressionSpec
+
+COMPRESSORS: Registry[type[Compressor]] = Registry.of("compressor", catalogue.COMPRESSORS)
+
+
+def make_compressor(spec: CompressionSpec) -> Compressor:
+    """The compressor a job's ``compression`` names, configured from it."""
+    return COMPRESSORS.get(spec.name).from_spec(spec)
+
 
 __all__ = ["COMPRESSORS", "Compressor", "ErrorFeedback", "Payload", "make_compressor", "roundtrip"]

@@ -42,12 +42,6 @@ class Compressor(ABC):
         """The vector of ``size`` elements that ``payload`` stands for (a new, writable array)."""
 
 
-def make_compressor(spec: CompressionSpec) -> Compressor:
-    from lambdaml.compression import COMPRESSORS
-
-    return COMPRESSORS.get(spec.name).from_spec(spec)
-
-
 def roundtrip(
     compressor: Compressor, x: np.ndarray, rng: np.random.Generator | None = None
 ) -> tuple[Payload, np.ndarray]:

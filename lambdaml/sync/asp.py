@@ -19,8 +19,10 @@ in the log, applied by the others: it replays them instead of pushing again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from lambdaml.channels import Backoff, Channel
 from lambdaml.comm.base import check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.errors import CodecError, SyncTimeout
+from lambdaml.sync.base import SyncProtocol, mean_loss
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +254,7 @@ class AsyncUpdates:
             "staleness_seen": np.array(self.staleness_seen, dtype=np.int64),
         }
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Resume at a checkpoint; the pushes made after it are replayed, not repeated."""
         self.log.pushed = int(state["pushed"][0])
         self.log.applied_from = [int(v) for v in state["applied_from"]]
@@ -269,3 +272,68 @@ class AsyncUpdates:
             "staleness_max": float(seen.max()),
             "ssp_wait_s": self.ssp_wait_s,
         }
+
+
+class AsyncProtocol(SyncProtocol):
+    """ASP/SSP as a protocol: no collective sums; each worker steps on its own and shares the step.
+
+    A gradient step is taken on this worker's own gradient and its change of the model is
+    pushed (Hogwild over storage); model averaging pushes 1/W of the local progress and
+    adopts the global model as far as this worker knows it.
+    """
+
+    asynchronous = True
+    checkpoint_prefix = "asp."
+
+    def __init__(self, comm: ChannelCommunicator, *, staleness: int | None = None) -> None:
+        super().__init__(comm)
+        self.updates = AsyncUpdates(comm, staleness=staleness)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        raise TypeError("ASP and SSP have no collective sums: the algorithm runs only under protocol 'bsp'")
+
+    def sum_with(self, vector: np.ndarray, extras: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.sum(vector), extras
+
+    def gradients(self, grad: np.ndarray, count: int, loss: float) -> tuple[np.ndarray, float, float]:
+        return grad, count, loss  # this worker's own; ``sharing`` sends the step taken on it
+
+    @contextlib.contextmanager
+    def sharing(self, params: np.ndarray) -> Iterator[None]:
+        """Push the change the step inside makes to ``params`` and merge the others' (not after an error)."""
+        before = params.copy()
+        yield
+        params += self.updates.push_pull(params - before)
+
+    def average(
+        self, model: np.ndarray, reference: np.ndarray, count: float, loss_sum: float
+    ) -> tuple[np.ndarray, float]:
+        contribution = (model - reference) / self.comm.world_size
+        # The loss is this worker's own: no collective sums it.
+        return reference + (contribution + self.updates.push_pull(contribution)), mean_loss(loss_sum, count)
+
+    def finish(self, params: np.ndarray) -> np.ndarray:
+        """Merge every update still outstanding: afterwards each worker has applied every update once."""
+        params += self.updates.drain(params)
+        return params
+
+    def prepare_restarts(self) -> None:
+        # Publish the read position of the last checkpoint, not the live one, and replay
+        # (rather than push again) the updates a retry without a checkpoint already wrote.
+        self.updates.resumable = True
+        self.updates.log.replaying = True
+
+    def progress(self) -> int:
+        return self.updates.log.pushed
+
+    def checkpointed(self) -> None:
+        self.updates.checkpointed()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.updates.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        self.updates.load_state_dict(state)
+
+    def stats(self) -> dict[str, float]:
+        return self.updates.stats()

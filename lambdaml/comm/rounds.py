@@ -1,0 +1,73 @@
+"""The round context: the one view of the channel a collective pattern or the ring works through.
+
+The channel communicator opens a ``Round`` for every collective call, so the pattern
+never sees the communicator or its channel: it builds the round's keys, puts and waits
+for values, and says when the ranks are past an earlier round. Values go through the
+communicator's sealed channel, so every value stays bound to its key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from lambdaml.channels import Channel
+
+
+class KeyBuilder(Protocol):
+    """The communicator's key of a round's value: its job, attempt and round, then tag, rank, chunk."""
+
+    def __call__(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str: ...
+
+
+class Round:
+    """One collective call's round: its number, its keys, its writes and its waits.
+
+    Every key it builds lives under the job's attempt and this round's number, and is
+    written once. The keys this rank stores are recorded (``written``) so that
+    ``retire`` can have the communicator delete them once no rank reads them again.
+    """
+
+    def __init__(
+        self,
+        number: int,
+        rank: int,
+        world_size: int,
+        *,
+        channel: Channel,
+        key: KeyBuilder,
+        timeout_s: float,
+        written: list[str],
+        retire_through: Callable[[int], None],
+    ) -> None:
+        self.number = number
+        self.rank = rank
+        self.world_size = world_size
+        self._channel = channel
+        self._key = key
+        self._timeout_s = timeout_s
+        self._written = written
+        self._retire_through = retire_through
+
+    def key(self, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
+        """This round's key of ``rank``'s value (``None``: the merged one), of one chunk if given."""
+        return self._key(self.number, tag, rank=rank, chunk=chunk)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.put_many([(key, data)])
+
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Store values concurrently, each sealed under its key, and remember them for retirement."""
+        self._written.extend(self._channel.put_many(items))
+
+    def wait_for(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The values of ``keys``, once all exist (bounded by the job's timeout; opened and checked)."""
+        return self._channel.wait_for(keys, self._timeout_s)
+
+    def retire(self, behind: int = 1) -> None:
+        """Every rank is past round ``number - behind``: what this rank wrote up to it may go.
+
+        Only the pattern knows when that is (what this rank has read proves how far the
+        others got); the deletion runs off the critical path.
+        """
+        self._retire_through(self.number - behind)
