@@ -16,18 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analytic_model.model import (
-    PATTERNS,
-    Infeasible,
-    Prediction,
-    Workload,
-    iaas_fits,
-    memory_needed_mb,
-    predict_faas,
-    predict_iaas,
-)
+from analytic_model.collectives import PATTERNS
+from analytic_model.prediction import Infeasible, Prediction, iaas_fits, memory_needed_mb, predict_faas, predict_iaas
 from analytic_model.profile import Profile, aws_profile
 from analytic_model.tables import price_table, prices
+from analytic_model.workload import Workload
 from lambdaml.errors import ConfigError
 
 DEFAULT_WORKERS = (1, 2, 5, 10, 20, 50)

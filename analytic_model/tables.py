@@ -82,7 +82,7 @@ def request_dollars(
     """What a channel's requests cost on S3 or DynamoDB (a cache bills node time instead: 0 here).
 
     ``table`` is one region's prices. The same rule prices finished jobs (``lambdaml.cost``)
-    and predictions (``analytic_model.model``).
+    and predictions (``analytic_model.prediction``).
     """
     if kind == "s3":
         s3 = table["s3"]

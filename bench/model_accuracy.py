@@ -42,14 +42,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analytic_model.model import Workload, predict_faas, schedule
+from analytic_model.calibration import Calibration
+from analytic_model.prediction import predict_faas
 from analytic_model.profile import Profile, load_profile, save_profile
+from analytic_model.workload import Workload, schedule
 from lambdaml.calibrate import ComputeProbe, Effort, calibrate, channel_figures, cores
 from lambdaml.channels import open_channel
 from lambdaml.config import ChannelSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
+from lambdaml.driver import run_job
 from lambdaml.local import services
-from lambdaml.runtime.job import run_job
 from lambdaml.storage import open_storage
 
 log = logging.getLogger("bench.model_accuracy")
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("[%4.0fs] calibrating %s", time.monotonic() - started, what)
 
         if args.profile:
-            measured = json.loads(args.profile.read_text())
+            measured = Calibration.from_json(json.loads(args.profile.read_text()))
         else:
             # Compute, start-up and loading first; each channel right before each pass of its
             # runs, so the profile sees the machine as loaded as the runs it predicts.
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Each pass is predicted from the channel calibrated right before it: the machine
                 # (and moto) drift by 10-30% over minutes, which is no error of the model's.
                 if not args.profile:
-                    measured["channels"][kind] = channel_figures(chosen[kind], Effort(), step)
+                    measured = measured.with_channel(kind, channel_figures(chosen[kind], Effort(), step))
                 profile = load_profile(save_profile(measured, RESULTS / "model_accuracy_profile.json"))
                 for size, workers, pattern in configs:
                     key = (size.name, workers, pattern)

@@ -13,18 +13,13 @@ import pytest
 
 from analytic_model import Workload, advise, aws_profile, load_profile, pareto_front, predict_faas, predict_iaas
 from analytic_model.advisor import epochs_to_target, parse_bytes
-from analytic_model.model import (
-    Poll,
-    Polling,
-    Prediction,
-    collective,
-    faas_speed,
-    lambda_vcpus,
-    pattern_requests,
-    schedule,
-)
+from analytic_model.collectives import collective, pattern_requests
+from analytic_model.compute import faas_speed, lambda_vcpus
+from analytic_model.prediction import Prediction
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
+from analytic_model.transfers import Poll, Polling
+from analytic_model.workload import schedule
 from lambdaml import codec, seal
 from lambdaml.channels import CHANNELS, memcached
 from lambdaml.channels.base import Backoff

@@ -1,0 +1,116 @@
+"""What ``lambdaml calibrate`` measured on one target: a partial profile, as typed records.
+
+``save_profile`` writes one as JSON; ``load_profile`` lays that over the defaults, so what
+was not measured (get batches, EC2, prices) keeps its documented value. The records group a
+channel's figures by how they are measured; in the file they are one object, as
+``ChannelPerf`` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from analytic_model.profile import Host, MeasuredCompute
+from analytic_model.records import FLAT, Reader, json_name, to_json
+
+
+@dataclass(frozen=True)
+class CallFigures:
+    """One worker's calls: latency, the extra cost per batched value, bandwidth, its own CPU's share."""
+
+    latency_put_s: float
+    latency_get_s: float
+    extra_put_s: float
+    extra_get_s: float
+    bandwidth_put_Bps: float
+    bandwidth_get_Bps: float
+    cpu_share_put: float
+    cpu_share_get: float
+
+
+@dataclass(frozen=True)
+class StoreFigures:
+    """What the store (or the machine all processes share) spends per request, and its byte limits."""
+
+    server_put_s: float
+    server_get_s: float
+    server_put_Bps: float | None  # None: too few large requests to tell a byte limit apart
+    server_get_Bps: float | None
+
+
+@dataclass(frozen=True)
+class ExchangeFigures:
+    """What workers exchanging values through the real patterns lose beyond one worker's calls."""
+
+    crowding: float
+    step_wake_s: float
+    wait_s: float
+    wait_per_worker_s: float
+    sr_wait_s: float
+    sr_wait_per_worker_s: float
+    bytes_slowdown: float
+    sr_bytes_slowdown: float
+
+
+@dataclass(frozen=True)
+class ChannelCalibration:
+    calls: CallFigures = field(metadata=FLAT)
+    store: StoreFigures = field(metadata=FLAT)
+    exchange: ExchangeFigures = field(metadata=FLAT)
+    server_delete_s: float
+    cleanup_cpu_s: float
+    max_item_bytes: int | None
+    server_growth: float | None = None  # measured with more than two processes only
+
+
+@dataclass(frozen=True)
+class ComputeCalibration:
+    measured: Mapping[str, MeasuredCompute]
+    add_Bps: float
+    vcpu_gflops: Mapping[str, float] = field(default_factory=dict)  # from the dense models measured
+    per_step_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaasCalibration:
+    shared_cores: float | None  # None: the workers do not share this machine's cores
+    cold_start_s: Mapping[str, float]
+    invoke_s: float
+    warm_start_s: float | None = None  # a stack's functions only
+    network_Bps: float | None = None  # where loading from the data store was measured
+    load_latency_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LambdaCalibration:
+    """What the local backend's worker processes do instead of Lambda's: no checkpoints, no billed INIT."""
+
+    checkpoint_every: int | None
+    init_billed: bool
+
+
+@dataclass(frozen=True)
+class Calibration:
+    target: str
+    source: str = field(metadata=json_name("_source"))
+    created: str
+    host: Host
+    channels: Mapping[str, ChannelCalibration]
+    compute: ComputeCalibration
+    faas: FaasCalibration
+    lambda_: LambdaCalibration | None = field(default=None, metadata=json_name("lambda"))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        """A calibration as ``to_json`` (or ``save_profile``) wrote it."""
+        values = {key: value for key, value in data.items() if key != "version"}
+        return Reader(str(values.get("target", "?"))).record(cls, values)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+    def with_channel(self, kind: str, figures: ChannelCalibration) -> Calibration:
+        """This calibration with one channel measured (again)."""
+        return replace(self, channels={**self.channels, kind: figures})

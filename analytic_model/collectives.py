@@ -1,0 +1,200 @@
+"""One round of a collective over a channel: AllReduce and ScatterReduce as ``lambdaml/comm/patterns.py``
+issues them, and torch.distributed's ring all-reduce on EC2.
+
+AllReduce has non-aggregators put once and get once while the aggregator gets W-1 values and
+puts one; ScatterReduce has every worker issue 3W-2 requests of about m/W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, field
+
+from analytic_model.channel_perf import ChannelPerf
+from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
+from lambdaml.errors import ConfigError
+
+PATTERNS = ("allreduce", "scatter_reduce")
+_FIXED_POINT_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Requests and bytes per round, over all workers (for prices and for checking against a run)."""
+
+    puts: float = 0.0
+    gets: float = 0.0
+    lists: float = 0.0
+    deletes: float = 0.0
+    bytes_sent: float = 0.0
+    bytes_received: float = 0.0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def scaled(self, factor: float) -> Requests:
+        return Requests(*(a * factor for a in astuple(self)))
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    seconds: float  # one round's collective on the critical path (compute excluded)
+    requests: Requests  # over all workers, counted per key as the channel's statistics count them
+    phases: dict[str, float] = field(default_factory=dict)  # the critical path's parts, and the store's busy time
+
+
+def collective(
+    channel: ChannelPerf, pattern: str, workers: int, vector_bytes: float, add_Bps: float, polling: Polling, header: int
+) -> RoundCost:
+    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it)."""
+    if workers <= 1:
+        return RoundCost(0.0, Requests())
+    if pattern == "allreduce":
+        return _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
+    if pattern == "scatter_reduce":
+        return _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
+    raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+
+
+def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
+    """A round: its critical path, which pays for the CPU of each rank's clean-up thread, or the
+    store's busy time, whichever is longer."""
+    return max(chain + channel.cleanup_delay_s, busy)
+
+
+def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
+    """Store time of a whole round, with every rank's batch delete of what it wrote the round before.
+
+    The deletes run on background threads, off the round's critical path, but the store
+    serves them all the same.
+    """
+    return (
+        store_s(channel, "put", put_trips, requests.bytes_sent, workers)
+        + store_s(channel, "get", get_trips, requests.bytes_received, workers)
+        + workers * channel.server_request("delete", workers)
+    )
+
+
+def _cleanup(workers: int) -> Requests:
+    """Every rank's batch delete of the keys it wrote the round before (it knows them: no listing)."""
+    return Requests(deletes=workers)
+
+
+def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int = 1) -> Requests:
+    """The data requests and bytes of one round over all workers, as ``lambdaml/comm/patterns.py`` issues them.
+
+    AllReduce: every non-aggregator puts its vector and gets the merged one; the aggregator
+    gets W-1 vectors and puts one. ScatterReduce: every worker puts W-1 pieces and its merged
+    chunk and gets W-1 pieces and W-1 merged chunks, 3W-2 requests of about m/W. ``value_bytes``
+    is one value on the wire (the vector, or a piece); ``items`` the requests one value takes
+    (parts and manifest of a chunked value). Polling misses and the clean-up come on top.
+    """
+    w = workers
+    if w <= 1:
+        return Requests()
+    if pattern == "allreduce":
+        return Requests(
+            puts=w * items,
+            gets=2 * (w - 1) * items,
+            bytes_sent=w * value_bytes,
+            bytes_received=2 * (w - 1) * value_bytes,
+        )
+    if pattern == "scatter_reduce":
+        return Requests(
+            puts=w * w * items,
+            gets=2 * w * (w - 1) * items,
+            bytes_sent=w * w * value_bytes,
+            bytes_received=2 * w * (w - 1) * value_bytes,
+        )
+    raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+
+
+def _still_missing(keys: int) -> float:
+    """Keys a missed poll for ``keys`` values asks for again: one at least, and about half of the rest."""
+    return (keys + 1) / 2
+
+
+def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: Polling) -> RoundCost:
+    slowdown = channel.slowdown("allreduce")
+    put_others = phase_s(channel, "put", w - 1, 1, m, slowdown)  # every non-aggregator puts its vector
+    gather = phase_s(channel, "get", 1, w - 1, m, slowdown)  # the aggregator reads the W-1 vectors
+    reduce_ = (w - 1) * m / add_Bps
+    put_merged = phase_s(channel, "put", 1, 1, m, slowdown)
+    get_merged = phase_s(channel, "get", w - 1, 1, m, slowdown)
+    poll_gather, poll_merged = poll_of(channel, w - 1, w - 1), poll_of(channel, 1, w - 1)
+    # Steady state: the aggregator waits from the end of its compute for the others' puts, the
+    # others wait from their put for the merged value; each wait ends half a poll gap late.
+    # Each wait loses at least what a wait on symmetric workers loses (stragglers, scheduling).
+    # The two waits depend on each other: iterate to a fixed point. (Phases already last as
+    # long as the store takes to serve them; the polls of the waiting workers add to its load.)
+    late_agg = late_others = misses_agg = misses_others = 0.0
+    straggle = channel.straggle(w)
+    items = items_of(channel, m)
+    for _ in range(_FIXED_POINT_STEPS):
+        late_agg, misses_agg = polling.wait(get_merged + put_others + late_others, poll_gather)
+        late_others, misses_others = polling.wait(gather + reduce_ + put_merged + late_agg, poll_merged)
+        late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
+    chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
+    missed = misses_agg * _still_missing(w - 1) + (w - 1) * misses_others
+    requests = pattern_requests("allreduce", w, m, items) + Requests(gets=missed)
+    get_trips = (
+        channel.round_trips("get", (w - 1) * items)
+        + (w - 1) * channel.round_trips("get", items)
+        + misses_agg * channel.round_trips("get", _still_missing(w - 1))
+        + (w - 1) * misses_others
+    )
+    busy = _store_busy(channel, requests, w * items, get_trips, w)
+    phases = {
+        "put": put_others,
+        "late_aggregator": late_agg,
+        "gather": gather,
+        "reduce": reduce_,
+        "put_merged": put_merged,
+        "late_others": late_others,
+        "get_merged": get_merged,
+        "chain": chain,
+        "store_busy": busy,
+    }
+    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+
+
+def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
+    slowdown = channel.slowdown("scatter_reduce")
+    scatter = phase_s(channel, "put", w, w - 1, piece, slowdown)
+    gather_pieces = phase_s(channel, "get", w, w - 1, piece, slowdown)
+    reduce_ = (w - 1) * piece / add_Bps
+    put_merged = phase_s(channel, "put", w, 1, piece, slowdown)
+    gather_merged = phase_s(channel, "get", w, w - 1, piece, slowdown)
+    items = items_of(channel, piece)
+    # The workers are symmetric: each waits twice (for its chunk's pieces, then for the merged
+    # chunks), and each wait loses at least what a wait on stragglers loses.
+    straggle = channel.straggle(w, "scatter_reduce")
+    poll = poll_of(channel, w - 1, w - 1)
+    late, misses_per_wait = polling.wait(straggle, poll)
+    late = max(late, straggle)
+    chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + 2 * late
+    misses = 2 * w * misses_per_wait
+    requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=misses * _still_missing(w - 1))
+    get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + misses * channel.round_trips(
+        "get", _still_missing(w - 1)
+    )
+    put_trips = w * (channel.round_trips("put", (w - 1) * items) + items)
+    busy = _store_busy(channel, requests, put_trips, get_trips, w)
+    phases = {
+        "scatter": scatter,
+        "late_pieces": late,
+        "gather_pieces": gather_pieces,
+        "reduce": reduce_,
+        "put_merged": put_merged,
+        "late_merged": late,
+        "gather_merged": gather_merged,
+        "chain": chain,
+        "store_busy": busy,
+    }
+    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+
+
+def ring_allreduce_s(workers: int, vector_bytes: float, network_Bps: float, step_latency_s: float) -> float:
+    """torch.distributed's ring all-reduce: 2(W-1) steps, each moving m/W over the VM network."""
+    if workers <= 1:
+        return 0.0
+    return 2 * (workers - 1) * (step_latency_s + vector_bytes / workers / network_Bps)

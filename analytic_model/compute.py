@@ -1,0 +1,73 @@
+"""Compute: how fast a worker runs a model's steps, on a Lambda function's vCPU share, local cores or an instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analytic_model.profile import InstanceSpec, ModelInfo, Profile, compute_key
+from analytic_model.workload import Schedule, Workload
+
+
+def lambda_vcpus(memory_mb: float, profile: Profile) -> float:
+    """A function's vCPU share: proportional to memory, one vCPU at 1,769 MB, up to 6 at 10,240 MB."""
+    limits = profile.lambda_
+    one, top, top_mb = limits.vcpu_one_at_mb, limits.max_vcpus, limits.max_memory_mb
+    if memory_mb <= one:
+        return memory_mb / one
+    return min(top, 1.0 + (memory_mb - one) * (top - 1.0) / (top_mb - one))
+
+
+def parallel_speed(vcpus: float, profile: Profile) -> float:
+    """One-vCPU equivalents of ``vcpus``: each beyond the first adds ``multithread_efficiency`` of one."""
+    if vcpus <= 1:
+        return vcpus
+    return 1.0 + profile.compute.multithread_efficiency * (vcpus - 1.0)
+
+
+def faas_speed(profile: Profile, memory_mb: float, workers: int) -> float:
+    """One-vCPU equivalents a worker computes with: its Lambda share, or its share of the local cores."""
+    shared = profile.shared_cores
+    if shared is not None:
+        return min(1.0, shared / workers)  # local worker processes are single-threaded
+    return parallel_speed(lambda_vcpus(memory_mb, profile), profile)
+
+
+def gflops(profile: Profile, kind: str) -> float:
+    """One vCPU's training rate for a model kind (linear, dense, conv)."""
+    return profile.keyed(profile.compute.vcpu_gflops, "compute.vcpu_gflops", kind)
+
+
+def iaas_speed(instance: InstanceSpec, kind: str, profile: Profile) -> float:
+    """One-vCPU equivalents of an instance for a model kind; a GPU counts for neural networks only."""
+    if instance.gpu and instance.gpu_tflops > 0 and kind in ("dense", "conv"):
+        return instance.gpu_tflops * 1e12 / (gflops(profile, kind) * 1e9)
+    return parallel_speed(instance.vcpus * instance.vcpu_speed, profile)
+
+
+@dataclass(frozen=True)
+class ComputeRates:
+    per_sample_s: float  # on one vCPU-equivalent
+    per_step_s: float
+    source: str
+
+
+def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> ComputeRates:
+    """Per-sample and per-step time on one vCPU: measured for this model, else from its flops."""
+    params = workload.n_params(info)
+    flops = workload.flops_per_sample or info.flops(workload.features, workload.k, params)
+    exact = profile.measured.get(compute_key(workload.model, params, workload.sparse))
+    if exact is not None:
+        return ComputeRates(exact.per_sample_s, exact.per_step_s, "measured")
+    # Another size of the same model, or another model of the same kind: scale by flops.
+    same_kind = [m for m in profile.measured.values() if m.kind == info.kind and m.flops_per_sample > 0]
+    if same_kind:
+        ref = same_kind[0]
+        return ComputeRates(ref.per_sample_s * flops / ref.flops_per_sample, ref.per_step_s, "measured rate")
+    rate = gflops(profile, info.kind)
+    per_step = profile.keyed(profile.compute.per_step_s, "compute.per_step_s", info.runtime)
+    return ComputeRates(flops / (rate * 1e9), per_step, "defaults")
+
+
+def round_compute_s(sched: Schedule, rates: ComputeRates, speed: float) -> float:
+    """One worker's compute between two collectives at ``speed`` vCPU-equivalents."""
+    return (sched.samples_per_round * rates.per_sample_s + sched.steps_per_round * rates.per_step_s) / speed

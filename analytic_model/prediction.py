@@ -1,0 +1,236 @@
+"""Predicted time and cost of one training job on Lambda (FaaS) or on EC2 (IaaS).
+
+FaaS: W functions start, each loads s/W bytes from S3, then R rounds of compute (C/W at
+the function's vCPU share) and one collective over a storage channel, plus a fresh
+invocation whenever a worker would pass the 15-minute limit. IaaS: W instances start,
+load, then R rounds of compute and a ring all-reduce (2(W-1) steps of m/W) over the VM
+network. Everything here is arithmetic on a ``Profile``; nothing is measured or imported from AWS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from analytic_model.collectives import Requests, collective, ring_allreduce_s
+from analytic_model.compute import compute_rates, faas_speed, iaas_speed, round_compute_s
+from analytic_model.profile import Profile
+from analytic_model.tables import prices, request_dollars
+from analytic_model.transfers import Polling
+from analytic_model.workload import Workload, schedule
+from lambdaml.errors import ConfigError
+
+KB = 1024
+MB = 1024 * 1024
+
+
+class Infeasible(ConfigError):
+    """A configuration that cannot run at all (the advisor skips it and says why)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration's predicted time and cost, with the parts they add up from."""
+
+    platform: str  # "faas" or "iaas"
+    workers: int
+    time_s: float
+    cost: float
+    option: str  # the channel (FaaS) or the instance type (IaaS)
+    pattern: str | None = None
+    memory_mb: int | None = None
+    rounds: float = 0.0
+    round_s: float = 0.0  # compute plus collective, per round
+    time: dict[str, float] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, float] = field(default_factory=dict)  # per round, all workers
+    invocations: int = 0
+    compute_from: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.platform == "faas":
+            memory = f", {self.memory_mb} MB" if self.memory_mb else ""
+            how = f"{self.option}, {self.pattern}" if self.workers > 1 else "no channel"
+            return f"FaaS {self.workers} x Lambda ({how}{memory})"
+        return f"IaaS {self.workers} x {self.option}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label}
+
+
+def memory_needed_mb(profile: Profile, shard_bytes: float) -> float:
+    """Smallest Lambda memory that holds a worker's shard next to the runtime."""
+    return profile.lambda_.runtime_memory_mb + profile.lambda_.data_memory_factor * shard_bytes / MB
+
+
+def predict_faas(
+    workload: Workload,
+    workers: int,
+    channel: str,
+    pattern: str,
+    memory_mb: int,
+    profile: Profile,
+    *,
+    region: str = "us-east-1",
+    cache_node: str | None = None,
+) -> Prediction:
+    """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``."""
+    info = workload.check(profile)
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    limits, faas = profile.lambda_, profile.faas
+    low, high = limits.min_memory_mb, limits.max_memory_mb
+    if not low <= memory_mb <= high:
+        raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory_mb}")
+    perf = profile.channel(channel)
+    table = prices(region)
+    sched = schedule(workload, workers)
+    rates = compute_rates(workload, info, profile)
+    speed = faas_speed(profile, memory_mb, workers)
+    shard = workload.dataset_bytes / workers
+    vector = workload.vector_bytes(info)
+    header = profile.codec_header_bytes
+    add_Bps = profile.compute.add_Bps * speed
+
+    compute = round_compute_s(sched, rates, speed) + (perf.step_wake_s if workers > 1 else 0.0)
+    comm = collective(perf, pattern, workers, vector, add_Bps, Polling.of(profile), header)
+    round_s = compute + comm.seconds
+    train_s = sched.rounds * round_s
+
+    network = faas.network_Bps
+    latency = faas.load_latency_s
+    load_s = latency + shard / network
+    cold_start = profile.keyed(faas.cold_start_s, "faas.cold_start_s", info.runtime)
+    startup_s = cold_start + workers * faas.invoke_s
+
+    # Checkpoints on Lambda every ``checkpoint_every`` rounds; a local profile has none (null).
+    state = workload.state_bytes(info)
+    every = limits.checkpoint_every
+    checkpoints = sched.rounds / float(every) if every else 0.0
+    checkpoint_s = checkpoints * (latency + state / network)
+    worker_s = load_s + train_s + checkpoint_s
+
+    # Continuations: a worker stops before the deadline, and a fresh invocation reloads its shard and state.
+    usable = limits.timeout_s - limits.continuation_margin_s
+    resume_s = faas.warm_start_s + load_s + 2 * (latency + state / network)
+    if resume_s >= usable:
+        raise Infeasible(f"a continuation of {workers} workers would spend its whole invocation reloading")
+    invocations = max(1, math.ceil((worker_s - resume_s) / (usable - resume_s)))  # each resumes once more
+    continuation_s = (invocations - 1) * resume_s
+    total_s = startup_s + worker_s + continuation_s
+
+    cold = cold_start if limits.init_billed else 0.0
+    billed_s = worker_s + continuation_s + cold
+    gb_s = workers * billed_s * memory_mb / KB
+    lam = table["lambda"]
+    lambda_dollars = gb_s * lam["gb_second_x86"] + (workers * invocations + 1) * lam["request"]
+    traffic = comm.requests.scaled(sched.rounds)
+    storage_gets = workers * invocations + workers * (invocations - 1)  # shards, then checkpoints on resume
+    storage_puts = workers * (checkpoints + invocations - 1)
+    s3 = table["s3"]
+    storage_dollars = storage_gets * s3["get_like_request"] + storage_puts * s3["put_like_request"]
+    channel_dollars = _channel_dollars(channel, traffic, total_s, table, profile, cache_node)
+    return Prediction(
+        platform="faas",
+        workers=workers,
+        time_s=total_s,
+        cost=lambda_dollars + storage_dollars + channel_dollars,
+        option=channel,
+        pattern=pattern,
+        memory_mb=memory_mb,
+        rounds=sched.rounds,
+        round_s=round_s,
+        time={
+            "startup_s": startup_s,
+            "load_s": load_s,
+            "compute_s": sched.rounds * compute,
+            "communicate_s": sched.rounds * comm.seconds,
+            "checkpoint_s": checkpoint_s,
+            "continuation_s": continuation_s,
+        },
+        costs={"lambda": lambda_dollars, "channel": channel_dollars, "storage": storage_dollars},
+        requests={k: v for k, v in asdict(comm.requests).items()},
+        invocations=workers * invocations,
+        compute_from=rates.source,
+    )
+
+
+def _channel_dollars(
+    kind: str, traffic: Requests, wall_s: float, table: dict[str, Any], profile: Profile, cache_node: str | None
+) -> float:
+    """The channel's price for the whole job: requests (S3, DynamoDB) or node time (a cache)."""
+    if kind in ("redis", "memcached"):
+        node = cache_node or profile.cache_node
+        try:
+            hourly = float(table["elasticache"][node])
+        except KeyError:
+            known = ", ".join(sorted(table["elasticache"]))
+            raise ConfigError(f"no price for cache node {node!r}; known: {known}") from None
+        return wall_s / 3600 * hourly
+    return request_dollars(
+        kind,
+        table,
+        puts=traffic.puts,
+        gets=traffic.gets,
+        lists=traffic.lists,
+        deletes=traffic.deletes,
+        bytes_sent=traffic.bytes_sent,
+        bytes_received=traffic.bytes_received,
+    )
+
+
+def predict_iaas(
+    workload: Workload, workers: int, instance_type: str, profile: Profile, *, region: str = "us-east-1"
+) -> Prediction:
+    """Time and cost of ``workers`` EC2 instances training with a ring all-reduce."""
+    info = workload.check(profile)
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    instance = profile.instance(instance_type)
+    table = prices(region)
+    try:
+        hourly = float(table["ec2"][instance_type])
+    except KeyError:
+        raise ConfigError(f"no {region} price for instance type {instance_type!r}") from None
+    sched = schedule(workload, workers)
+    rates = compute_rates(workload, info, profile)
+    speed = iaas_speed(instance, info.kind, profile)
+    vector = workload.vector_bytes(info)
+    compute = (sched.samples_per_round * rates.per_sample_s) / speed + sched.steps_per_round * rates.per_step_s
+    network_Bps = instance.network_gbps * 1e9 / 8
+    ec2 = profile.ec2
+    ring = ring_allreduce_s(workers, vector, network_Bps, ec2.ring_latency_s)
+    reduce_ = (workers - 1) * vector / workers / profile.compute.add_Bps if workers > 1 else 0.0
+    round_s = compute + ring + reduce_
+    read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
+    load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps
+    startup_s = ec2.startup_s
+    total_s = startup_s + load_s + sched.rounds * round_s
+    billed_s = max(ec2.min_billed_s, total_s - ec2.unbilled_startup_s)
+    ec2_dollars = workers * billed_s * hourly / 3600
+    storage_dollars = workers * table["s3"]["get_like_request"]
+    return Prediction(
+        platform="iaas",
+        workers=workers,
+        time_s=total_s,
+        cost=ec2_dollars + storage_dollars,
+        option=instance_type,
+        rounds=sched.rounds,
+        round_s=round_s,
+        time={
+            "startup_s": startup_s,
+            "load_s": load_s,
+            "compute_s": sched.rounds * compute,
+            "communicate_s": sched.rounds * (ring + reduce_),
+        },
+        costs={"ec2": ec2_dollars, "storage": storage_dollars},
+        compute_from=rates.source,
+    )
+
+
+def iaas_fits(workload: Workload, workers: int, instance_type: str, profile: Profile) -> bool:
+    """Whether an instance holds its shard next to the training runtime."""
+    need = profile.ec2.runtime_memory_mb + profile.lambda_.data_memory_factor * (workload.dataset_bytes / workers / MB)
+    return profile.instance(instance_type).memory_gib * KB >= need

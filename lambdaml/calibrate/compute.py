@@ -1,0 +1,114 @@
+"""The compute probe: one worker step through the algorithm's own step, at two batch sizes,
+giving the time per sample and per step on one core; and the rate of the reduce's sums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analytic_model.profile import MeasuredCompute, aws_profile, compute_key
+from lambdaml.calibrate.probing import median_time, value
+from lambdaml.channels import open_channel
+from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec
+from lambdaml.errors import ConfigError
+
+_IMAGE_MODELS = {"mobilenet", "resnet18"}  # CIFAR-10 shaped probes
+
+
+@dataclass(frozen=True)
+class ComputeProbe:
+    """One model to time: its name, width, density and the batch size the job will use."""
+
+    model: str = "lr"
+    features: int = 28
+    sparse: bool = False
+    batch_size: int = 100
+    rows: int = 4000
+
+
+def _probe_data(probe: ComputeProbe) -> tuple[Any, np.ndarray, dict[str, Any]]:
+    from lambdaml.data import synthetic
+
+    if probe.model in _IMAGE_MODELS:
+        rng = np.random.default_rng(0)
+        X = rng.random((probe.rows, 3 * 32 * 32), dtype=np.float32)
+        y = rng.integers(0, 10, probe.rows).astype(np.float32)
+        return X, y, {"n_features": 3072, "n_classes": 10, "sample_shape": [3, 32, 32]}
+    if probe.sparse:
+        Xs, y, _ = synthetic.rcv1_like(probe.rows, features=probe.features)
+        return Xs, y, {"n_features": probe.features, "format": "csr"}
+    X, y, _ = synthetic.higgs_like(probe.rows, features=probe.features)
+    if probe.model == "mlp":
+        y = (np.arange(probe.rows) % 10).astype(np.float32)
+        return X, y, {"n_features": probe.features, "n_classes": 10}
+    return X, y, {"n_features": probe.features}
+
+
+def measure_compute(probe: ComputeProbe) -> tuple[str, MeasuredCompute]:
+    """Time one worker step at two batch sizes: the algorithm's own step (GA-SGD's, or
+    k-means' for its model) through a one-worker communicator, so the batch gather, the loss
+    and gradient, the vector's packing, finite check and copy around its collective, and the
+    optimizer update are all in it."""
+    from lambdaml.algorithms import reify
+    from lambdaml.comm.channel import ChannelCommunicator
+    from lambdaml.data.shards import Manifest
+    from lambdaml.models import MODELS
+
+    if probe.batch_size < 2 or probe.rows < probe.batch_size:
+        raise ConfigError(f"calibrating {probe.model}: need a batch size of at least 2 and rows >= batch size")
+    X, y, shape = _probe_data(probe)
+    manifest = Manifest(  # the model's shape; nothing is read from a store
+        name="calibrate",
+        shard_rows=[probe.rows],
+        test_rows=0,
+        created=0.0,
+        dataset_version="calibrate",
+        shard_bytes=[0],
+        shard_hashes=[""],
+        **shape,
+    )
+    model = MODELS.get(probe.model).build(ModelSpec(name=probe.model), manifest)
+    params = model.init_params(0)
+    if probe.model == "kmeans":
+        params = np.asarray(X[: model.n_params // probe.features], dtype=np.float64).reshape(-1).copy()
+    order = np.random.default_rng(0).permutation(probe.rows)
+    alone = ChannelCommunicator(open_channel(ChannelSpec(kind="memory")), "calibrate", 0, 1)
+    algorithm = AlgorithmSpec(name="kmeans" if probe.model == "kmeans" else "ga_sgd", lr=1e-6)
+    state = reify(algorithm, model, alone, params)
+    state.on_start(X, y)
+
+    def step_time(batch: int) -> float:
+        steps = max(1, probe.rows // batch)
+        position = iter(range(10**9))
+
+        def step() -> None:
+            i = next(position) % steps
+            rows = order[i * batch : (i + 1) * batch]
+            state.step(X[rows], y[rows])
+
+        step()  # warm-up (torch's first call allocates)
+        repeats = max(5, min(200, int(0.3 / max(median_time(step, 3), 1e-6))))
+        return median_time(step, repeats)
+
+    small = max(1, probe.batch_size // 10)
+    t_small, t_batch = step_time(small), step_time(probe.batch_size)
+    per_sample = max(t_batch - t_small, 0.0) / (probe.batch_size - small)
+    per_step = max(t_small - small * per_sample, 0.0)
+    info = aws_profile().models.get(probe.model)
+    # A sparse row's work is its nonzeros, not its width: no flop count to scale other models by.
+    flops = info.flops(probe.features, 8, model.n_params) if info and not probe.sparse else 0.0
+    return compute_key(probe.model, model.n_params, probe.sparse), MeasuredCompute(
+        per_sample_s=per_sample,
+        per_step_s=per_step,
+        flops_per_sample=flops,
+        kind=info.kind if info else "linear",
+        runtime=info.runtime if info else "numpy",
+    )
+
+
+def measure_add_Bps() -> float:
+    """Bytes of one float64 vector summed into another per second (the reduce in every pattern)."""
+    a, b = value(1_000_000), value(1_000_000, seed=1)
+    return a.nbytes / median_time(lambda: np.add(a, b, out=a), 9)

@@ -1,0 +1,96 @@
+"""What every probe shares: how long to measure, the values timed, a median timer, this machine's
+cores, and running probe processes that each report once."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lambdaml.errors import LambdaMLError
+
+SMALL_FLOATS = 8  # a small value: 8 float64 (96 bytes on the wire)
+PROBE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How long to measure: ``quick`` for tests, the default for a profile you keep."""
+
+    repeats: int = 15
+    saturation_s: float = 1.0
+    large_bytes: int = 2_000_000
+    processes: int = 4
+    rounds_s: float = 0.5  # at least this long in the small-value exchange probes (their rounds take ~1 ms)
+
+    @classmethod
+    def quick(cls) -> Effort:
+        return cls(repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2, rounds_s=0.1)
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def value(n_floats: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n_floats)
+
+
+def run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) -> list[Any]:
+    """Start the processes and collect one report from each; a process that dies silently fails at once."""
+    for proc in procs:
+        proc.start()
+    reports: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(reports) < len(procs):
+            try:
+                reports.append(results.get(timeout=0.5))
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise LambdaMLError(f"{what}: the probe processes did not report within {timeout_s:g}s") from None
+                if sum(not p.is_alive() for p in procs) > len(reports) and results.empty():
+                    time.sleep(0.5)  # a report may still be in the pipe
+                    if results.empty():
+                        raise LambdaMLError(f"{what}: a probe process exited without a report") from None
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+    return reports
+
+
+def run_together(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]], what: str, timeout_s: float
+) -> list[tuple[int, Any]]:
+    """One spawned process per ``args``, each called with its args, a barrier they all share and the
+    results queue; returns each one's ``(index, figures)``, or raises the first error one reported."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*own, barrier, results)) for own in args]
+    reports = run_all(procs, results, what, timeout_s)
+    failed = [error for _, _, error in reports if error]
+    if failed:
+        raise LambdaMLError(f"{what}: {failed[0]}")
+    return [(index, figures) for index, figures, _ in reports]

@@ -1,0 +1,114 @@
+"""What to calibrate: channels on loopback (given endpoints, or services started for the
+measurement), or a stack's channels and data bucket, and the start-up of a stack's functions."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
+
+from lambdaml.calibrate.probing import median_time
+from lambdaml.config import ChannelSpec, StorageSpec
+from lambdaml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lambdaml.backends.stack import Stack
+
+KINDS = ("s3", "redis", "memcached", "dynamodb")
+
+
+@contextmanager
+def local_channels(
+    kinds: Sequence[str],
+    *,
+    endpoint_url: str | None = None,
+    redis: str | None = None,
+    memcached: str | None = None,
+) -> Iterator[tuple[dict[str, ChannelSpec], StorageSpec]]:
+    """Channel specs on loopback: given endpoints, or services started for the measurement."""
+    from lambdaml.local import services
+
+    with ExitStack() as stack:
+        if endpoint_url is None:  # S3 is needed anyway: loading a shard is measured from it
+            moto = services.start_moto()
+            stack.callback(moto.stop)
+            endpoint_url = moto.url
+        specs: dict[str, ChannelSpec] = {}
+        token = secrets.token_hex(3)
+        for kind in kinds:
+            if kind == "s3":
+                specs[kind] = ChannelSpec(kind="s3", bucket=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url)
+            elif kind == "dynamodb":
+                specs[kind] = ChannelSpec(
+                    kind="dynamodb", table=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url
+                )
+            elif kind in ("redis", "memcached"):
+                address = redis if kind == "redis" else memcached
+                if address is None:
+                    start = services.start_redis if kind == "redis" else services.start_memcached
+                    service = start()
+                    stack.callback(service.stop)
+                    address = f"127.0.0.1:{service.port}"
+                host, _, port = address.rpartition(":")
+                if not host or not port.isdigit():
+                    raise ConfigError(f"--{kind} must be HOST:PORT, got {address!r}")
+                specs[kind] = ChannelSpec.model_validate({"kind": kind, "host": host, "port": int(port)})
+            else:
+                raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+        yield specs, StorageSpec(bucket=f"lambdaml-calibrate-data-{token}", endpoint_url=endpoint_url)
+
+
+def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec], StorageSpec, bool, Stack]:
+    """A stack's channels and data bucket; whether it is a local stack; the stack itself."""
+    from lambdaml.backends.stack import resolve_stack
+
+    stack = resolve_stack(name)
+    specs: dict[str, ChannelSpec] = {}
+    for kind in kinds:
+        if kind == "s3":
+            specs[kind] = ChannelSpec(
+                kind="s3", bucket=stack.output("CommBucketName"), endpoint_url=stack.endpoints.get("s3"),
+                region=stack.region,
+            )  # fmt: skip
+        elif kind == "dynamodb":
+            specs[kind] = ChannelSpec(
+                kind="dynamodb", table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"),
+                region=stack.region,
+            )  # fmt: skip
+        elif kind in ("redis", "memcached"):
+            if "CacheEndpoint" not in stack.outputs or stack.outputs.get("CacheKind", kind) != kind:
+                raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
+            host, _, port = stack.outputs["CacheEndpoint"].partition(":")
+            tls = kind == "redis" and not stack.endpoints  # ElastiCache Redis in the template speaks TLS only
+            specs[kind] = ChannelSpec.model_validate(
+                {"kind": kind, "host": host, "port": int(port) if port else None, "tls": tls}
+            )
+        else:
+            raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+    storage = StorageSpec(
+        bucket=stack.output("DataBucketName"), endpoint_url=stack.endpoints.get("s3"), region=stack.region
+    )
+    return specs, storage, bool(stack.endpoints), stack
+
+
+def measure_stack_startup(stack: Stack, repeats: int) -> tuple[float, float, float]:
+    """(first invocation, warm invocation, asynchronous Invoke call) of the stack's coordinator.
+
+    The event names no job, so the coordinator answers at once without touching anything.
+    """
+    client = stack.client("lambda", read_timeout_s=120, max_attempts=1)
+    function = stack.output("CoordinatorFunctionName")
+    payload = json.dumps({"action": "calibrate"}).encode()
+
+    def call(kind: str) -> None:
+        client.invoke(FunctionName=function, InvocationType=kind, Payload=payload)
+
+    try:
+        first = median_time(lambda: call("RequestResponse"), 1)
+        warm = median_time(lambda: call("RequestResponse"), repeats)
+        invoke = median_time(lambda: call("Event"), repeats)
+    except Exception as exc:  # botocore's errors: the stack's functions cannot be reached
+        raise ConfigError(f"cannot invoke {function} in stack {stack.name!r}: {exc}") from None
+    return first, warm, invoke

@@ -1,0 +1,120 @@
+"""The typed profile: JSON round trips of the defaults and of a calibration, one-line errors, and
+the algorithms the cost model takes from the plug-in catalogue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytic_model import Workload, aws_profile, load_profile, predict_faas
+from analytic_model.calibration import (
+    Calibration,
+    CallFigures,
+    ChannelCalibration,
+    ComputeCalibration,
+    ExchangeFigures,
+    FaasCalibration,
+    LambdaCalibration,
+    StoreFigures,
+)
+from analytic_model.profile import Host, MeasuredCompute, Profile, save_profile, with_figures
+from analytic_model.tables import aws_defaults
+from analytic_model.workload import MODELLED
+from lambdaml import catalogue
+from lambdaml.errors import ConfigError
+
+
+def _calibration(growth: float | None = None) -> Calibration:
+    calls = CallFigures(2e-4, 1.9e-4, 3e-5, 2e-5, 8e8, 9e8, 0.8, 0.7)
+    exchange = ExchangeFigures(0.2, 8e-5, 3.6e-4, 1.9e-4, 3.2e-4, 2.2e-4, 1.01, 1.02)
+    redis = ChannelCalibration(calls, StoreFigures(4e-5, 5e-5, 6e9, None), exchange, 4e-5, 1e-4, None, growth)
+    return Calibration(
+        target="local",
+        source="measured here",
+        created="2026-12-01T00:00:00+00:00",
+        host=Host("vm", 2, "x86_64", "3.11.9"),
+        channels={"redis": redis},
+        compute=ComputeCalibration({"lr:29:dense": MeasuredCompute(7e-8, 2e-5, 116.0)}, 2.5e9, {"linear": 1.6}),
+        faas=FaasCalibration(2, {"numpy": 0.3}, 0.16, network_Bps=1e9, load_latency_s=0.006),
+        lambda_=LambdaCalibration(checkpoint_every=None, init_billed=False),
+    )
+
+
+def test_the_shipped_defaults_read_into_typed_records_and_back() -> None:
+    profile = Profile.from_json(aws_defaults())
+    assert profile == aws_profile() and profile.origin == aws_profile().origin
+    assert profile.lambda_.vcpu_one_at_mb == 1769 and profile.lambda_.checkpoint_every == 50
+    assert profile.faas.cold_start_s["torch"] == 5.0 and profile.poll.factor == 1.5
+    assert profile.instance("c5.large").name == "c5.large" and profile.channel("s3").kind == "s3"
+    again = Profile.from_json(json.loads(json.dumps(profile.to_json())))
+    assert again == profile  # every figure survives its JSON (only the sources stay behind)
+    assert profile.figure("lambda.checkpoint_every") == 50 and profile.number("codec_header_bytes") == 56
+
+
+def test_a_calibration_is_written_as_today_s_files_and_read_back(tmp_path: Path) -> None:
+    measured = _calibration()
+    data = measured.to_json()
+    assert data["_source"] == "measured here" and data["lambda"] == {"checkpoint_every": None, "init_billed": False}
+    redis = data["channels"]["redis"]
+    assert redis["latency_put_s"] == 2e-4 and redis["server_get_Bps"] is None and redis["max_item_bytes"] is None
+    assert "server_growth" not in redis and "warm_start_s" not in data["faas"]  # not measured: left out
+    assert "per_step_s" not in data["compute"]  # no dense model's step measured
+    path = save_profile(measured, tmp_path / "local.json")
+    assert Calibration.from_json(json.loads(path.read_text())) == measured
+    profile = load_profile(path)
+    assert profile.target == "local" and profile.shared_cores == 2 and profile.channel("redis").shared_cores == 2
+    assert profile.channel("redis").server_get_Bps is None  # measured: no byte limit
+    assert profile.channel("redis").get_batch == 1000  # not measured: the defaults'
+    assert profile.channel("redis").server_growth == 0.0
+    assert profile.measured["lr:29:dense"].per_sample_s == 7e-8 and profile.lambda_.checkpoint_every is None
+    assert profile.origin["channels.redis.crowding"] == "measured here"
+    assert load_profile(save_profile(_calibration(growth=0.05), path)).channel("redis").server_growth == 0.05
+
+
+def test_a_calibration_with_another_channel() -> None:
+    measured = _calibration()
+    both = measured.with_channel("s3", measured.channels["redis"])
+    assert set(both.channels) == {"redis", "s3"} and set(measured.channels) == {"redis"}
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"lambda": {"timeout_s": -1}}, "profile 'aws': lambda.timeout_s must be a non-negative number, got -1"),
+        ({"lambda": {"timeot_s": 1}}, "profile lambda: unknown field 'timeot_s'"),
+        ({"lambda": {"init_billed": "yes"}}, "lambda.init_billed must be bool, got 'yes'"),
+        ({"faas": {"cold_start_s": {"numpy": "x"}}}, "faas.cold_start_s.numpy must be a non-negative number"),
+        ({"instances": {"c5.large": {"vcpus": 2.5}}}, "instances.c5.large.vcpus must be a non-negative whole number"),
+        ({"channels": {"kafka": {"latency_put_s": 1}}}, "profile channels.kafka: missing field 'latency_get_s'"),
+        ({"faas": 3}, "profile faas must be an object, got 3"),
+    ],
+)
+def test_bad_figures_are_one_line_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        with_figures(aws_profile(), changes)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_calibration_file_with_an_unknown_figure_is_refused() -> None:
+    data = _calibration().to_json()
+    data["channels"]["redis"]["latency"] = 1.0
+    with pytest.raises(ConfigError, match=r"profile channels\.redis: unknown field 'latency'"):
+        Calibration.from_json(data)
+
+
+def test_the_algorithms_come_from_the_catalogue() -> None:
+    assert set(MODELLED) <= set(catalogue.ALGORITHMS)
+    profile = aws_profile()
+    for name in catalogue.ALGORITHMS:
+        workload = Workload("kmeans" if name == "kmeans" else "lr", 1e6, 10_000, features=28, algorithm=name)
+        if name in MODELLED:
+            assert predict_faas(workload, 2, "redis", "allreduce", 3008, profile).time_s > 0
+        else:
+            with pytest.raises(ConfigError, match=f"algorithm '{name}' is not modelled yet; the cost model predicts"):
+                predict_faas(workload, 2, "redis", "allreduce", 3008, profile)
+    with pytest.raises(ConfigError, match="unknown algorithm 'lbfgs'; known: ") as caught:
+        Workload("lr", 1e6, 10_000, features=28, algorithm="lbfgs").check(profile)
+    assert all(name in str(caught.value) for name in catalogue.ALGORITHMS)
