@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ["lambdaml", "functions", "analytic_model", "bench", "infra"]
 # The CIFAR-10 python batches are pickles: read only by an Unpickler whose find_class resolves
 # an explicit allow-list of numpy constructors (tests/unit/test_formats_more.py attacks it).
-PICKLE_READER = ROOT / "lambdaml" / "data" / "formats.py"
+PICKLE_READER = ROOT / "lambdaml" / "data" / "formats" / "cifar.py"
 SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader"}  # plus, per file, the classes it derives from them
 FORBIDDEN_CALLS = {
     ("pickle", "load"),
