@@ -65,30 +65,23 @@ def test_advise_keeps_its_bold_banner_and_prints_the_profile_name_literally(
     assert "[bold]" not in out and "[/]" not in out  # the intended style is a style, not text
 
 
-def test_the_progress_detail_from_the_server_is_printed_literally(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_a_failure_the_stack_reports_is_printed_literally(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
-    from lambdaml.runtime import job as job_module
-    from lambdaml.runtime import remote
+    from lambdaml.backends import stack as remote
+    from lambdaml.errors import JobFailed
 
     job = parse_job({"dataset": "d", "workers": 1, "algorithm": {"epochs": 1}})
-    seen: list[str] = []
+    path = tmp_path / "job.yaml"
+    path.write_text("dataset: d\n")
 
-    # Fakes for the stack's coordinator; they take any arguments, as its signature evolves.
-    def watch(*args: Any, on_progress: Any, **kwargs: Any) -> dict[str, Any]:
-        on_progress({"state": HOSTILE}, [])  # no heartbeats yet: the detail is the server's state
-        seen.append("watched")
-        return {}
-
-    def start(*args: Any, **kwargs: Any) -> Any:
-        return ("job-1", 1) if "resume" in kwargs else "job-1"
+    def wait(self: Any, run: Any, **kwargs: Any) -> dict[str, Any]:
+        raise JobFailed(f"job job-1 failed: {HOSTILE}")  # the server's status error, as watch raises it
 
     monkeypatch.setattr(remote, "resolve_stack", lambda *args, **kwargs: object())
     monkeypatch.setattr(remote, "bind", lambda *args, **kwargs: job)
-    monkeypatch.setattr(remote, "start", start)
-    monkeypatch.setattr(remote, "watch", watch)
-    monkeypatch.setattr(job_module, "save_result", lambda result, *args, **kwargs: result)
-    assert cli.train_on_stack({}, "s", job_id=None, results_dir=None) == {}
-    assert seen == ["watched"]
-    out = capsys.readouterr().out
-    assert HOSTILE in out, out
+    monkeypatch.setattr(remote.StackBackend, "launch", lambda self, job, **kwargs: object())
+    monkeypatch.setattr(remote.StackBackend, "wait", wait)
+    assert cli.main(["train", str(path), "--stack", "s", "--job-id", "job-1"]) == 1
+    err = capsys.readouterr().err
+    assert HOSTILE in err and err.count("\n") == 1, err

@@ -1,0 +1,78 @@
+"""The ``lambdaml`` command: prepare data, train, run the demo.
+
+User mistakes end with one line on stderr and a non-zero exit, never a traceback. This module
+parses the arguments and hands them to the command's module (train, stack, data, iaas, advice,
+demo), each a thin layer over the library; what they print is in ``output``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from lambdaml.cli.advice import _names, _number, _workload_from, cmd_advise, cmd_calibrate, profile_path
+from lambdaml.cli.data import _memory_limit, cmd_data
+from lambdaml.cli.demo import cmd_demo
+from lambdaml.cli.iaas import cmd_compare, cmd_iaas
+from lambdaml.cli.output import _accuracy_of, _print_advice, _print_profile, console, errors, one_line, print_result
+from lambdaml.cli.parser import build_parser
+from lambdaml.cli.stack import cmd_cancel, cmd_local, cmd_status
+from lambdaml.cli.train import cmd_train, train
+from lambdaml.errors import LambdaMLError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
+        handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
+        handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
+        handler = handlers[args.command]
+        return handler(args)
+    except LambdaMLError as exc:
+        errors.print(f"error: {one_line(str(exc))}", soft_wrap=True)
+        return EXIT_ERROR
+    except MemoryError as exc:  # e.g. --rows far beyond this machine; numpy says how much it wanted
+        errors.print(f"error: not enough memory{': ' + one_line(str(exc)) if str(exc) else ''}", soft_wrap=True)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        return 130
+
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_USAGE",
+    "_accuracy_of",
+    "_memory_limit",
+    "_names",
+    "_number",
+    "_print_advice",
+    "_print_profile",
+    "_workload_from",
+    "build_parser",
+    "cmd_advise",
+    "cmd_calibrate",
+    "cmd_cancel",
+    "cmd_compare",
+    "cmd_data",
+    "cmd_demo",
+    "cmd_iaas",
+    "cmd_local",
+    "cmd_status",
+    "cmd_train",
+    "console",
+    "errors",
+    "main",
+    "one_line",
+    "print_result",
+    "profile_path",
+    "train",
+]

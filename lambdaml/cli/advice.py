@@ -1,0 +1,166 @@
+"""The cost model from the command line: ``lambdaml calibrate`` measures, ``lambdaml advise`` predicts.
+
+Options arrive as text and are parsed here (``_number``, ``_names``), each error naming its option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from lambdaml.cli.output import _print_advice, _print_profile, console
+from lambdaml.errors import ConfigError
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"--{what} names nothing")
+    return names
+
+
+def _number(text: str | None, what: str, *, integer: bool = False) -> float:
+    """A positive number from an option (``11e6`` counts as whole); one line naming the option otherwise."""
+    kind = "a whole number" if integer else "a number"
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"--{what} must be {kind}, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"--{what} must be positive, got {text!r}")
+    if integer and value != int(value):
+        raise ConfigError(f"--{what} must be {kind}, got {text!r}")
+    return int(value) if integer else value
+
+
+def profile_path(name: str) -> Path:
+    """A profile given by path, or by the name ``lambdaml calibrate`` saved it under."""
+    from lambdaml import settings
+
+    path = Path(name)
+    if path.is_file() or path.suffix == ".json" or "/" in name:
+        return path
+    return settings.home() / "profiles" / f"{name}.json"
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from analytic_model.profile import save_profile
+    from lambdaml import calibrate as cal
+    from lambdaml.config import check_endpoint_url
+    from lambdaml.models import MODELS
+
+    check_endpoint_url(args.endpoint_url, "--endpoint-url")
+    kinds = _names(args.channels, "channels")
+    unknown = [k for k in kinds if k not in cal.KINDS]
+    if unknown:
+        raise ConfigError(f"unknown channel {unknown[0]!r}; known: {', '.join(cal.KINDS)}")
+    MODELS.get(args.model)  # an unknown model fails here, with the known ones
+    if args.features < 1 or args.batch_size < 2:
+        raise ConfigError("--features must be at least 1 and --batch-size at least 2")
+    probe = cal.ComputeProbe(
+        args.model, args.features, args.sparse, args.batch_size, rows=max(4000, 4 * args.batch_size)
+    )
+    effort = cal.Effort.quick() if args.quick else cal.Effort()
+
+    def step(what: str) -> None:
+        console.print(f"  measuring {what} ...")
+
+    target = f"stack:{args.stack}" if args.stack else "local"
+    if args.stack:
+        specs, storage, local, stack = cal.stack_target(args.stack, kinds)
+        step("the stack's function start-up")
+        first, warm, invoke = cal.measure_stack_startup(stack, effort.repeats)
+        # On AWS the functions' CPUs are not this machine's: keep the shipped compute defaults there.
+        probes = [probe] if local else []
+        measured = cal.calibrate(
+            specs, probes, storage=storage, effort=effort, target=target,
+            shared_cores=cal.cores() if local else None, startup=(first, invoke), warm_start_s=warm,
+            timed_from_here=not local, on_step=step,
+        )  # fmt: skip
+    else:
+        with cal.local_channels(kinds, endpoint_url=args.endpoint_url, redis=args.redis, memcached=args.memcached) as (
+            specs,
+            storage,
+        ):
+            measured = cal.calibrate(
+                specs, [probe], storage=storage, effort=effort, target=target, shared_cores=cal.cores(), on_step=step
+            )
+    out = Path(args.out) if args.out else profile_path(args.stack or "local")
+    path = save_profile(measured, out)
+    _print_profile(measured.to_json())
+    console.print(f"profile: {path}", soft_wrap=True)
+    console.print(f"use it with: lambdaml advise ... --profile {path}", soft_wrap=True)
+    return 0
+
+
+def _workload_from(args: argparse.Namespace) -> Any:
+    import json as json_
+
+    from analytic_model import Workload
+    from analytic_model.advisor import epochs_to_target, parse_bytes
+
+    epochs = 10.0
+    if args.from_result:
+        if args.target_loss is None:
+            raise ConfigError("--from-result needs --target-loss")
+        try:
+            result = json_.loads(Path(args.from_result).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"result file {args.from_result!r} not found") from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read result file {args.from_result!r}: {exc}") from None
+        try:
+            target = float(args.target_loss)
+        except ValueError:
+            raise ConfigError(f"--target-loss must be a number, got {args.target_loss!r}") from None
+        epochs = epochs_to_target(result, target)
+    elif args.target_loss is not None:
+        raise ConfigError("--target-loss goes with --from-result")
+    elif args.epochs is not None:
+        epochs = _number(args.epochs, "epochs")
+    features = 0 if args.features == "0" else int(_number(args.features, "features", integer=True))
+    return Workload(
+        model=args.model,
+        dataset_bytes=parse_bytes(args.dataset_bytes, "--dataset-bytes"),
+        samples=int(_number(args.samples, "samples", integer=True)),
+        features=features,
+        params=int(_number(args.params, "params", integer=True)) if args.params is not None else None,
+        flops_per_sample=_number(args.flops_per_sample, "flops-per-sample") if args.flops_per_sample else None,
+        k=int(_number(args.k, "k", integer=True)),
+        algorithm=args.algorithm,
+        batch_size=int(_number(args.batch_size, "batch-size", integer=True)),
+        epochs=epochs,
+        rounds=_number(args.rounds, "rounds") if args.rounds is not None else None,
+        local_epochs=int(_number(args.local_epochs, "local-epochs", integer=True)),
+        optimizer=args.optimizer,
+        sparse=args.sparse,
+    )
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from analytic_model import advise, load_profile
+
+    workload = _workload_from(args)
+    profile = load_profile(profile_path(args.profile)) if args.profile else None
+    advice = advise(
+        workload,
+        profile,
+        workers=[int(_number(w, "workers", integer=True)) for w in _names(args.workers, "workers")],
+        channels=_names(args.channels, "channels") if args.channels else None,
+        patterns=_names(args.patterns, "patterns"),
+        memory_mb=[int(_number(m, "memory", integer=True)) for m in _names(args.memory, "memory")],
+        instances=_names(args.instances, "instances") if args.instances else None,
+        region=args.region,
+        cache_node=args.cache_node,
+    )
+    plot = advice.plot(args.plot) if args.plot else None
+    if args.json:
+        sys.stdout.write(advice.to_json() + "\n")
+        return 0
+    _print_advice(advice, every=args.all)
+    if plot is not None:
+        console.print(f"plot: {plot}")
+    return 0

@@ -1,0 +1,82 @@
+"""``lambdaml data prepare``: parse the options and say where the data goes; lambdaml.data.prepare does the rest."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from lambdaml.cli.output import print_dataset
+from lambdaml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lambdaml.config import StorageSpec
+
+
+def _memory_limit(text: str | None) -> int | None:
+    """``--memory-limit``: parse_bytes' ``8GB``, ``1.5GiB``, ``1e9``, and the short ``8G``, ``500M`` (decimal)."""
+    if text is None:
+        return None
+    from analytic_model.advisor import parse_bytes
+
+    short = text.strip()[-1:].lower() in ("k", "m", "g", "t")
+    try:
+        return int(parse_bytes(text + "B" if short else text, "--memory-limit"))
+    except ConfigError:
+        raise ConfigError(f"--memory-limit: {text!r} is not a positive size (e.g. 8G, 500M, 1.5GiB, 1e9)") from None
+
+
+def _storage(args: argparse.Namespace) -> StorageSpec:
+    """The bucket the dataset goes to: the options', or ``--stack``'s data bucket (and endpoint, if local)."""
+    from pydantic import ValidationError
+
+    from lambdaml.config import StorageSpec, check_endpoint_url
+
+    bucket, endpoint_url, region = args.bucket, check_endpoint_url(args.endpoint_url, "--endpoint-url"), args.region
+    if args.stack:
+        from lambdaml.backends.stack import resolve_stack
+
+        stack = resolve_stack(args.stack)
+        bucket, endpoint_url, region = stack.output("DataBucketName"), stack.endpoints.get("s3"), stack.region
+    try:  # checked before a long load, so a typo fails at once
+        return StorageSpec(bucket=bucket, endpoint_url=endpoint_url, region=region)
+    except ValidationError as exc:
+        raise ConfigError(
+            "; ".join(
+                (f"--{str(e['loc'][0]).replace('_', '-')}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            )
+        ) from None
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Load or generate a dataset, cut it into shards and upload them with a manifest."""
+    from lambdaml.data.prepare import DatasetSource, check_options, prepare_dataset
+
+    memory_limit = _memory_limit(args.memory_limit)
+    source = DatasetSource(
+        inputs=tuple(args.input or ()),
+        format=args.format,
+        label_column=args.label_column,
+        sparse=args.sparse,
+        n_features=args.n_features,
+        synthetic=args.synthetic,
+        rows=args.rows,
+        builtin=args.builtin,
+    )
+    # Every argument is checked before a long load and before S3 is contacted: the name and split
+    # first, then the storage options, then (in prepare_dataset) the source's.
+    check_options(args.name, shards=args.shards, test_fraction=args.test_fraction)
+    storage = _storage(args)
+    manifest = prepare_dataset(
+        storage,
+        args.name,
+        source,
+        shards=args.shards,
+        test_fraction=args.test_fraction,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        memory_limit=memory_limit,
+    )
+    print_dataset(manifest, storage.bucket)
+    return 0

@@ -1,0 +1,150 @@
+"""The ``lambdaml`` command's arguments: one subcommand per thing a user does."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _storage_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
+    parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lambdaml", description="Distributed ML training on serverless functions.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="run a training job from a job file")
+    train.add_argument("job", help="job file (.yaml or .json)")
+    train.add_argument(
+        "--backend", default="local", help="where workers run: local (FaaS-like processes), iaas-local (torchrun)"
+    )
+    train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
+    train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM); used once")
+    train.add_argument(
+        "--resume", default=None, metavar="JOB_ID", help="continue an interrupted job from its checkpoints"
+    )
+    train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
+    train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+
+    local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
+    local_commands = local.add_subparsers(dest="local_command", required=True)
+    local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
+    local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
+    local_down = local_commands.add_parser("down", help="stop the local stack")
+    local_down.add_argument("--name", default="local")
+
+    iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
+    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True)
+    launch = iaas_commands.add_parser("launch", help="start a cluster that runs a job with torchrun (infra/ec2)")
+    launch.add_argument("job", help="job file (.yaml or .json)")
+    launch.add_argument("--name", required=True, help="cluster (stack) name")
+    launch.add_argument("--workers", type=int, default=None, help="instances (default: the job's workers)")
+    launch.add_argument("--instance-type", default=None, help="default: the job's iaas.instance_type")
+    launch.add_argument("--job-id", default=None)
+    launch.add_argument("--image-id", default=None, help="default: the latest Amazon Linux 2023 AMI")
+    launch.add_argument("--vpc-id", default=None, help="default: the default VPC")
+    launch.add_argument("--subnet-id", default=None, help="default: the VPC's first subnet")
+    launch.add_argument("--package", default=None, help="lambdaml wheel to install (default: built from source)")
+    launch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the job's storage endpoint)")
+    terminate = iaas_commands.add_parser("terminate", help="delete a cluster and what its launch uploaded")
+    terminate.add_argument("name")
+
+    compare = commands.add_parser("compare", help="compare result files side by side (table and PNG)")
+    compare.add_argument("results", nargs="+", metavar="RESULT", help="result JSON files (from train)")
+    compare.add_argument("--plot", default="comparison.png", help="PNG to write (default: %(default)s)")
+
+    for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("job_id")
+        command.add_argument("--stack", required=True, help="the stack the job runs in")
+
+    data = commands.add_parser("data", help="datasets").add_subparsers(dest="data_command", required=True)
+    prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
+    prepare.add_argument("name", help="dataset name")
+    source = prepare.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", nargs="+", metavar="FILE", help="dataset file (several for CIFAR-10 batches)")
+    source.add_argument("--synthetic", choices=["higgs", "rcv1"], help="generate a synthetic dataset")
+    source.add_argument(
+        "--builtin", choices=["digits", "breast_cancer", "mnist5k"], help="a small dataset shipped in a package"
+    )
+    prepare.add_argument(
+        "--format", choices=["libsvm", "csv", "npz", "cifar10"], default=None, help="default: from the file suffix"
+    )
+    prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
+    prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
+    prepare.add_argument("--n-features", type=int, default=None, help="LIBSVM width / synthetic rcv1 columns")
+    prepare.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        default=None,
+        help="refuse an --input dataset needing more memory than this (8G, 500M, 1e9; default: half the RAM)",
+    )
+    prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
+    prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
+    prepare.add_argument("--test-fraction", type=float, default=0.2)
+    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument(
+        "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
+    )
+    _storage_args(prepare)
+
+    _advisor_parsers(commands)
+
+    demo = commands.add_parser("demo", help="train LR on synthetic Higgs-like data on an embedded local S3")
+    demo.add_argument("--workers", type=int, default=4)
+    demo.add_argument("--epochs", type=int, default=5)
+    demo.add_argument("--rows", type=int, default=40_000)
+    return parser
+
+
+def _advisor_parsers(commands: Any) -> None:
+    calibrate = commands.add_parser(
+        "calibrate", help="measure channels, compute and start-up here (or on a stack) for the cost model"
+    )
+    calibrate.add_argument("--stack", default=None, help="measure this stack's channels (default: local services)")
+    calibrate.add_argument("--channels", default="s3,redis,memcached,dynamodb", help="comma-separated kinds")
+    calibrate.add_argument("--model", default="lr", help="model whose per-sample compute is timed (default: lr)")
+    calibrate.add_argument("--features", type=int, default=28, help="its width (default: 28, as Higgs)")
+    calibrate.add_argument("--sparse", action="store_true", help="time it on sparse (CSR) rows")
+    calibrate.add_argument("--batch-size", type=int, default=100, help="batch size per worker (default: 100)")
+    calibrate.add_argument("--endpoint-url", default=None, help="a running S3/DynamoDB endpoint (default: start moto)")
+    calibrate.add_argument("--redis", default=None, metavar="HOST:PORT", help="a running Redis (default: start one)")
+    calibrate.add_argument("--memcached", default=None, metavar="HOST:PORT", help="a running Memcached")
+    calibrate.add_argument("--quick", action="store_true", help="fewer repeats (seconds instead of a minute)")
+    calibrate.add_argument("--out", default=None, help="profile file (default: ~/.lambdaml/profiles/TARGET.json)")
+
+    advise = commands.add_parser("advise", help="predict time and cost on Lambda and EC2, and recommend one")
+    advise.add_argument("--model", required=True, help="lr, svm, kmeans, mlp, mobilenet, resnet18, resnet50")
+    advise.add_argument("--dataset-bytes", required=True, help="dataset size, e.g. 8e9, 800MB, 1.5GiB")
+    advise.add_argument("--samples", required=True, help="training rows")
+    advise.add_argument("--features", default="0", help="features per row (sizes lr, svm, kmeans, mlp)")
+    advise.add_argument("--params", default=None, help="parameter count (overrides the model's)")
+    advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
+    advise.add_argument("--k", default="8", help="kmeans clusters")
+    advise.add_argument("--sparse", action="store_true", help="sparse rows (uses a profile's sparse timing)")
+    advise.add_argument("--algorithm", default="ga_sgd", help="ga_sgd, ma_sgd, admm, kmeans")
+    advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
+    advise.add_argument("--batch-size", default="100", help="batch size per worker")
+    advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")
+    length = advise.add_mutually_exclusive_group()
+    length.add_argument("--epochs", default=None, help="epochs to the target loss (default 10)")
+    length.add_argument("--rounds", default=None, help="collective rounds to the target loss, whatever W")
+    length.add_argument("--from-result", default=None, metavar="RESULT.json", help="a short measured run's result")
+    advise.add_argument("--target-loss", default=None, help="with --from-result: the loss to reach")
+    advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
+    advise.add_argument("--channels", default=None, help="channels to try (default: all the profile knows)")
+    advise.add_argument("--patterns", default="allreduce,scatter_reduce")
+    advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
+    advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
+    advise.add_argument("--region", default="us-east-1")
+    advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
+    advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
+    advise.add_argument("--plot", default=None, metavar="FILE.png", help="write the cost-against-time picture")
+    advise.add_argument("--json", action="store_true", help="print the whole advice as JSON")
+    advise.add_argument("--all", action="store_true", help="print every configuration, not just the summary")

@@ -1,0 +1,46 @@
+"""Jobs in a stack (``lambdaml status``, ``cancel``) and the local stack (``lambdaml local up/down``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lambdaml.cli.output import console
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from lambdaml.local import stack
+
+    if args.local_command == "up":
+        record = stack.up(args.name, cache=args.cache)
+        console.print(f"local stack {args.name!r} is up:")
+        for service, url in sorted(record["endpoints"].items()):
+            console.print(f"  {service:<15} {url}")
+        for key, value in sorted(record["outputs"].items()):
+            console.print(f"  {key:<15} {value}")
+        console.print(f"train on it with: lambdaml train JOB.yaml --stack {args.name}")
+    else:
+        stopped = stack.down(args.name)
+        console.print(f"local stack {args.name!r} is down ({len(stopped)} processes stopped)")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from lambdaml.backends.stack import StackBackend, resolve_stack
+
+    backend = StackBackend(resolve_stack(args.stack))
+    status = backend.status(args.job_id)
+    console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
+    for beat in status["heartbeats"]:
+        console.print(
+            f"  rank {beat['rank']}: epoch {beat['epoch']}/{status['epochs']}, loss {beat['loss']:.5f}, "
+            f"invocation {beat['invocation']}"
+        )
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from lambdaml.backends.stack import StackBackend, resolve_stack
+
+    status = StackBackend(resolve_stack(args.stack)).cancel(args.job_id)
+    console.print(f"job {args.job_id}: {status.get('state')}")
+    return 0
