@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import csv
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from lambdaml.calibrate.probing import median_time
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    """The median wall time of ``fn`` over ``repeats`` calls, in milliseconds."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
+    """The median wall time of ``fn`` over ``repeats`` calls, in milliseconds (the calibration's timer)."""
+    return 1000 * median_time(fn, repeats)
 
 
 def report(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Path:

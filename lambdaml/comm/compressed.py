@@ -17,7 +17,6 @@ not saved.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 import numpy as np
@@ -28,8 +27,6 @@ from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.patterns import chunk_bounds, rank_order_sum
 from lambdaml.compression import Compressor, ErrorFeedback, Payload
 from lambdaml.errors import CodecError
-
-log = logging.getLogger(__name__)
 
 _EXACT = "exact"  # the bundle entry of the uncompressed extras; no compressor uses the name
 _WORKER, _OWNER = 0, 1  # whose compression a random stream is for

@@ -9,7 +9,6 @@ they return bit-identical sums: to each other and to the left fold ``x0 + x1 + .
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Protocol
@@ -18,8 +17,6 @@ import numpy as np
 
 from lambdaml import codec
 from lambdaml.comm.rounds import Round
-
-log = logging.getLogger(__name__)
 
 
 def chunk_bounds(size: int, parts: int) -> list[tuple[int, int]]:

@@ -7,7 +7,6 @@ WORLD_SIZE and the rendezvous in the environment.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from datetime import timedelta
@@ -22,8 +21,6 @@ from lambdaml.errors import SyncTimeout, WorkerError
 
 if TYPE_CHECKING:
     from lambdaml.models.base import Model
-
-log = logging.getLogger(__name__)
 
 
 def init_process_group(timeout_s: float) -> tuple[int, int]:

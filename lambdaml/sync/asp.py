@@ -20,7 +20,6 @@ in the log, applied by the others: it replays them instead of pushing again.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterator, Mapping
 
@@ -32,8 +31,6 @@ from lambdaml.comm.base import check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.errors import CodecError, SyncTimeout
 from lambdaml.sync.base import SyncProtocol, mean_loss
-
-log = logging.getLogger(__name__)
 
 #: Pushes between publishing this worker's read cursor (and, on rank 0, pruning).
 PRUNE_EVERY = 16
