@@ -87,21 +87,21 @@ def main() -> None:
             job = job_for(storage, channel, args)
             result = run_job(job, backend=backend, results_dir=results_dir)
             results.append(result)
-            print(f"  {summary(result)['label']}: {result['wall_time_s']:.1f}s")
+            print(f"  {summary(result).label}: {result.wall_time_s:.1f}s")
 
     rows = [summary(r) for r in results]
     base = rows[-1]  # the gloo run
     header = ["run", "s/epoch", "load", "compute", "comm", "wait", "$", "time x gloo", "cost x gloo", "loss", "acc"]
     table = [
         [
-            row["label"],
-            f"{row['epoch_s']:.2f}",
-            *(f"{row[k]:.2f}" for k in ("load_s", "compute_s", "communicate_s", "wait_s")),
-            f"{row['dollars']:.6f}",
-            f"{row['epoch_s'] / base['epoch_s']:.2f}",
-            f"{row['dollars'] / base['dollars']:.3f}",
-            f"{row['loss']:.5f}",
-            f"{row['accuracy']:.4f}",
+            row.label,
+            f"{row.epoch_s:.2f}",
+            *(f"{row.breakdown[k]:.2f}" for k in ("load_s", "compute_s", "communicate_s", "wait_s")),
+            f"{row.dollars:.6f}",
+            f"{row.epoch_s / base.epoch_s:.2f}",
+            f"{row.dollars / base.dollars:.3f}",
+            f"{row.loss:.5f}",
+            f"{row.accuracy:.4f}",
         ]
         for row in rows
     ]

@@ -74,18 +74,16 @@ def main() -> int:
                 }
             )
             result = run_job(job, results_dir=results_dir)
-            model = codec.decode_bundle(store.get(keys.job_model(result["job_id"])))["params"]
+            model = codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
             error = float(np.max(np.abs(model - single_process_sgd(store, manifest, job))))
-            train_s = max(w["epoch_elapsed_s"][-1] - w["load_s"] for w in result["workers"])
-            growth = [
-                w["memory"]["peak_rss_mb"] - w["memory"]["peak_rss_after_first_epoch_mb"] for w in result["workers"]
-            ]
-            peak = max(w["memory"]["peak_rss_mb"] for w in result["workers"])
+            train_s = max(w.epoch_elapsed_s[-1] - w.times.load_s for w in result.workers)
+            growth = [w.memory.peak_rss_mb - w.memory.peak_rss_after_first_epoch_mb for w in result.workers]
+            peak = max(w.memory.peak_rss_mb for w in result.workers)
             flat = all(
-                g <= max(8.0, 0.05 * w["memory"]["peak_rss_after_first_epoch_mb"])
-                for g, w in zip(growth, result["workers"], strict=True)
+                g <= max(8.0, 0.05 * w.memory.peak_rss_after_first_epoch_mb)
+                for g, w in zip(growth, result.workers, strict=True)
             )
-            if error > 1e-5 or not result["ranks_agree"]:
+            if error > 1e-5 or not result.ranks_agree:
                 failures.append(f"{kind}: model differs from the reference by {error:.2e}")
             if not flat:
                 failures.append(f"{kind}: memory grew by up to {max(growth):.1f} MB after the first epoch")

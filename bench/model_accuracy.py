@@ -135,9 +135,9 @@ def measure(
         }
     )
     result = run_job(job, results_dir=None)
-    elapsed = [point["elapsed_s"] for point in result["loss_curve"]]
+    elapsed = [point.elapsed_s for point in result.loss_curve]
     per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load
-    requests = sum(w["channel"]["requests"] for w in result["workers"])
+    requests = sum(w.channel.requests for w in result.workers)
     return per_epoch, requests / epochs
 
 

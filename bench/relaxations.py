@@ -79,17 +79,19 @@ def measure(kind: str, method: str, base: dict[str, Any], algorithm: dict[str, A
     started = time.perf_counter()
     result = run_job(parse_job(data, "bench job"), results_dir=None)
     wall = time.perf_counter() - started
-    workers = result["workers"]
-    rounds = [w["channel"]["rounds"] for w in workers]
+    workers = result.workers
+    rounds = [w.channel.per_round.rounds for w in workers]
     row = Row(
         channel=kind,
         method=method,
-        round_ms=statistics.mean(1000 * (w["total_s"] - w["load_s"]) / r for w, r in zip(workers, rounds, strict=True)),
-        kb_per_round=statistics.mean(w["channel"]["bytes_sent_per_round"] for w in workers) / 1000,
-        requests_per_round=statistics.mean(w["channel"]["requests_per_round"] for w in workers),
-        final_loss=result["loss_curve"][-1]["loss"],
-        test_accuracy=result["test_accuracy"],
-        curve=[(p["loss"], p["elapsed_s"]) for p in result["loss_curve"]],
+        round_ms=statistics.mean(
+            1000 * (w.times.total_s - w.times.load_s) / r for w, r in zip(workers, rounds, strict=True)
+        ),
+        kb_per_round=statistics.mean(w.channel.per_round.bytes_sent_per_round for w in workers) / 1000,
+        requests_per_round=statistics.mean(w.channel.per_round.requests_per_round for w in workers),
+        final_loss=result.loss_curve[-1].loss,
+        test_accuracy=result.test_accuracy,
+        curve=[(p.loss, p.elapsed_s) for p in result.loss_curve],
         wall_s=wall,
     )
     log.info(

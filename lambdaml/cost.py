@@ -8,6 +8,8 @@ counts from the run; the dollars are only as current as that table.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from analytic_model.tables import price_table, prices, request_dollars
@@ -16,16 +18,25 @@ from lambdaml.errors import ConfigError
 KB = 1024
 
 
-def lambda_cost(invocations: list[dict[str, float]], region: str) -> dict[str, float]:
+@dataclass(frozen=True)
+class Invocation:
+    """One billed Lambda invocation: how long it ran, its memory size, whether it was a cold start."""
+
+    duration_s: float
+    memory_mb: int
+    cold: bool = False  # results from before cold starts were counted do not say
+
+
+def lambda_cost(invocations: Sequence[Invocation], region: str) -> dict[str, float]:
     """Billed GB-seconds (duration rounded up to 1 ms, times memory) and requests, in dollars."""
     table = prices(region)["lambda"]
-    gb_s = sum(math.ceil(i["duration_s"] * 1000) / 1000 * i["memory_mb"] / KB for i in invocations)
+    gb_s = sum(math.ceil(i.duration_s * 1000) / 1000 * i.memory_mb / KB for i in invocations)
     dollars = gb_s * table["gb_second_x86"] + len(invocations) * table["request"]
-    cold = sum(1 for i in invocations if i.get("cold"))
+    cold = sum(1 for i in invocations if i.cold)
     return {"invocations": len(invocations), "cold_starts": cold, "gb_seconds": gb_s, "dollars": dollars}
 
 
-def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: str) -> dict[str, float]:
+def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> dict[str, float]:
     """Requests on the channel in dollars; a cache is billed per node-hour for the job's time."""
     table = prices(region)
     if kind in ("redis", "memcached"):
@@ -44,13 +55,10 @@ def channel_cost(kind: str, traffic: dict[str, float], wall_s: float, region: st
     return {"requests": traffic.get("requests", 0), "dollars": dollars}
 
 
-def job_cost(kind: str, workers: list[dict[str, Any]], wall_s: float, region: str) -> dict[str, Any]:
-    """The cost section of a result: per worker and in total."""
-    traffic: dict[str, float] = {}
-    for worker in workers:
-        for name, value in worker.get("channel", {}).items():
-            traffic[name] = traffic.get(name, 0.0) + value
-    invocations = [i for worker in workers for i in worker.get("billed", [])]
+def job_cost(
+    kind: str, traffic: Mapping[str, float], invocations: Sequence[Invocation], wall_s: float, region: str
+) -> dict[str, Any]:
+    """The cost section of a result: the workers' channel traffic and Lambda invocations, priced."""
     lam = lambda_cost(invocations, region)
     channel = channel_cost(kind, traffic, wall_s, region)
     return {

@@ -7,10 +7,10 @@ the driver adds what is the same for all: the result file on disk.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from lambdaml.backends import BACKENDS, Backend, EventCallback
 from lambdaml.config import JobSpec
+from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.results import save_result
 
 
@@ -27,7 +27,7 @@ def run_job(
     on_event: EventCallback | None = None,
     results_dir: str | Path | None = "results",
     resume: bool = False,
-) -> dict[str, Any]:
+) -> JobResult:
     """Run a job to the end and return its result record (also in the data bucket, and on disk).
 
     Its state is recorded as it goes; a failure or an interrupt (Ctrl-C) of workers on this

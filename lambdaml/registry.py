@@ -41,6 +41,11 @@ class Registry(Generic[T]):
         if install_hint:
             self._hints[name] = install_hint
 
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (a plug-in registered for a while, as tests do)."""
+        self._entries.pop(name, None)
+        self._hints.pop(name, None)
+
     def decorator(self, name: str) -> Callable[[T], T]:
         """``@REGISTRY.decorator("name")`` registers the decorated object."""
 

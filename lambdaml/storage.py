@@ -32,11 +32,15 @@ def put_json(store: Channel, key: str, value: Any) -> None:
 
 def get_json(store: Channel, key: str) -> Any:
     """Read a JSON record; raises KeyNotFound or CodecError."""
-    raw = store.get(key)
+    return decode_json(store.get(key), key)
+
+
+def decode_json(raw: bytes, key: str) -> Any:
+    """The JSON record read from ``key``; a CodecError if it is not JSON."""
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, absurd nesting or integers
         raise CodecError(f"{key} is not valid JSON: {str(exc)[:200]}") from None
 
 
-__all__ = ["KeyNotFound", "get_json", "open_storage", "put_json"]
+__all__ = ["KeyNotFound", "decode_json", "get_json", "open_storage", "put_json"]

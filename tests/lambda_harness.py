@@ -22,6 +22,8 @@ from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.data import shards, synthetic
 from lambdaml.runtime import lambda_handlers, records
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.reports import JobResult
+from lambdaml.storage import get_json
 
 
 class FakeContext:
@@ -101,6 +103,11 @@ def start(job: JobSpec, invoker: ThreadInvoker) -> str:
 
 def model(store: Channel, job_id: str) -> np.ndarray:
     return codec.decode_bundle(store.get(keys.job_model(job_id)))["params"]
+
+
+def stored_result(store: Channel, job_id: str) -> JobResult:
+    """The result record rank 0 wrote to the data bucket."""
+    return JobResult.from_json(get_json(store, keys.job_result(job_id)), keys.job_result(job_id))
 
 
 def prepare_dataset(data_store: tuple[StorageSpec, Channel], name: str, workers: int) -> tuple[StorageSpec, Channel]:

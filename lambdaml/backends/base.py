@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -19,12 +19,12 @@ from typing import Any, ClassVar
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
-from lambdaml.cost import job_cost
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import JobCancelled, JobFailed
 from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
-from lambdaml.runtime.results import assemble_result, clear_job_channel
+from lambdaml.runtime.reports import JobResult, WorkerReport, WorkerRow
+from lambdaml.runtime.results import assemble_result, clear_job_channel, lambda_job_cost
 from lambdaml.runtime.start import begin, job_secret
 from lambdaml.storage import open_storage, put_json
 
@@ -70,7 +70,7 @@ class Backend(ABC):
         """Claim the job id (or, with ``resume``, its next attempt) and start its workers."""
 
     @abstractmethod
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
         """Follow the run to its end; return its result record or raise JobFailed (JobCancelled)."""
 
     def status(self, job_id: str) -> dict[str, Any]:
@@ -95,9 +95,9 @@ class Backend(ABC):
             records.set_status(store, job_id, attempt, records.CANCELLED)
         return records.status(store, job_id)
 
-    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
-        return job_cost(job.channel.kind, workers, wall_s, job.storage.region)
+        return lambda_job_cost(job, workers, wall_s)
 
 
 class MachineBackend(Backend):
@@ -118,7 +118,7 @@ class MachineBackend(Backend):
         """Start the workers of ``attempt``; return what ``collect`` and ``stop`` need."""
 
     @abstractmethod
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
         """Every rank's report in rank order, or raise JobFailed / JobCancelled."""
 
     @abstractmethod
@@ -136,7 +136,7 @@ class MachineBackend(Backend):
             raise
         return run
 
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
         job, attempt = run.job, run.attempt
         try:
             reports = self.collect(run, on_event)
@@ -152,7 +152,7 @@ class MachineBackend(Backend):
             cost=self.cost,
         )  # fmt: skip
         store = self.store()
-        put_json(store, keys.job_result(attempt.job_id), result)
+        put_json(store, keys.job_result(attempt.job_id), result.to_json())
         records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
         return result
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +24,7 @@ from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError, JobFailed
 from lambdaml.runtime.iaas import cluster_cost
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import collect_reports
 
 _SILENCE_GRACE_S = 60.0  # on top of the sync timeout: torchrun and torch imports take a while
@@ -85,7 +87,7 @@ class IaaSLocalBackend(MachineBackend):
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         return _Torchrun(process, tmp, log_file)
 
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
         torchrun: _Torchrun = run.handle
         self._follow(run.job, torchrun.process, torchrun.events_dir, torchrun.log_path, on_event)
         return collect_reports(self.store(), run.job, run.attempt)
@@ -103,7 +105,7 @@ class IaaSLocalBackend(MachineBackend):
         torchrun.log_file.close()
         torchrun.tmp.cleanup()
 
-    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
         return cluster_cost(job, workers, wall_s)
 
     def _follow(

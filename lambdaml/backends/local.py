@@ -7,16 +7,18 @@ import multiprocessing as mp
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Run
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
-from lambdaml.cost import job_cost
+from lambdaml.cost import Invocation, job_cost
 from lambdaml.errors import JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime.heartbeat import both, heartbeat
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.reports import WorkerReport, WorkerRow, total_traffic
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage
 
@@ -104,9 +106,9 @@ class LocalBackend(MachineBackend):
                 worker.terminate()
             worker.join(timeout=5)
 
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[dict[str, Any]]:
+    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
         job, workers, events = run.job, run.handle.workers, run.handle.events
-        reports: dict[int, dict[str, Any]] = {}
+        reports: dict[int, WorkerReport] = {}
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
         last_heard = time.monotonic()
         while len(reports) < job.workers:
@@ -136,10 +138,7 @@ class LocalBackend(MachineBackend):
                 reports[rank] = payload
         return [reports[r] for r in range(job.workers)]
 
-    def cost(self, job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
         """Priced as Lambda would bill the same run: one invocation per worker for its whole time."""
-        as_lambda = [
-            {**w, "billed": [{"duration_s": w["total_s"], "memory_mb": job.runtime.memory_mb, "cold": True}]}
-            for w in workers
-        ]
-        return job_cost(job.channel.kind, as_lambda, wall_s, job.storage.region)
+        as_lambda = [Invocation(w.times.total_s, job.runtime.memory_mb, cold=True) for w in workers]
+        return job_cost(job.channel.kind, total_traffic(workers), as_lambda, wall_s, job.storage.region)

@@ -20,6 +20,7 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.errors import ConfigError, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
+from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json, open_storage
 
 
@@ -123,7 +124,7 @@ def watch(
     *,
     on_event: EventCallback | None = None,
     poll_s: float = 0.5,
-) -> dict[str, Any]:
+) -> JobResult:
     """Follow an attempt's heartbeats until the job ends; return its result record.
 
     Each rank's new epoch is reported as a ``JobEvent``, as local workers report theirs.
@@ -151,8 +152,8 @@ def watch(
                     on_event(JobEvent(beat["rank"], beat["epoch"], beat["loss"], beat["elapsed_s"]))
         state = status.get("state")
         if state == "succeeded":
-            result: dict[str, Any] = get_json(store, keys.job_result(job_id))
-            return result
+            key = keys.job_result(job_id)
+            return JobResult.from_json(get_json(store, key), key)
         if state == "cancelled":
             raise JobCancelled(f"job {job_id} was cancelled")
         if state == "failed":
@@ -201,7 +202,7 @@ class StackBackend(Backend):
         started_id, number = start(job, self.stack, job_id=job_id, resume=resume)
         return Run(job, records.read_attempt(self.store(), started_id, number))
 
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> dict[str, Any]:
+    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
         return watch(run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event)
 
     def cancel(self, job_id: str) -> dict[str, Any]:

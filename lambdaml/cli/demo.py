@@ -33,10 +33,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         result = train(job, backend_for("local", job), job_id=new_job_id(job.name), results_dir="results")
         print_result(result)
-        losses = [point["loss"] for point in result["loss_curve"]]
+        losses = [point.loss for point in result.loss_curve]
         falling = all(b <= a + 1e-9 for a, b in itertools.pairwise(losses))
         console.print(
             f"loss {losses[0]:.4f} -> {losses[-1]:.4f} ({'falling' if falling else 'not monotone'}), "
-            f"test accuracy {result['test_accuracy']:.4f}"
+            f"test accuracy {result.test_accuracy:.4f}"
         )
     return 0

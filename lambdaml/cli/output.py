@@ -15,6 +15,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from lambdaml.data.shards import Manifest
+    from lambdaml.runtime.reports import JobResult
 
 
 def literal_console(*, stderr: bool = False, width: int | None = None) -> Console:
@@ -31,35 +32,37 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
-def _accuracy_of(result: dict[str, Any]) -> str:
+def _accuracy_of(result: JobResult) -> str:
     """What an accuracy is of: the class count, and what always answering the most common class scores."""
-    classes, majority = result.get("classes"), result.get("majority_accuracy")
+    classes, majority = result.classes, result.majority_accuracy
     if not classes:
         return ""
     return f" over {classes} classes" + (f" (most common class alone: {majority:.4f})" if majority is not None else "")
 
 
-def print_result(result: dict[str, Any]) -> None:
+def print_result(result: JobResult) -> None:
     from rich.table import Table
 
     table = Table(title="time per worker (s)", title_justify="left")
     for column in ("rank", "load", "compute", "communicate", "wait", "total", "requests", "MB sent", "KB sent/round"):
         table.add_column(column, justify="right")
-    for w in result["workers"]:
+    for w in result.workers:
+        t, channel = w.times, w.channel
+        per_round = channel.per_round.bytes_sent_per_round if channel.per_round else 0.0
         table.add_row(
-            str(w["rank"]),
-            *(f"{w[k]:.2f}" for k in ("load_s", "compute_s", "communicate_s", "wait_s", "total_s")),
-            str(int(w["channel"]["requests"])),
-            f"{w['channel']['bytes_sent'] / 1e6:.2f}",
-            f"{w['channel'].get('bytes_sent_per_round', 0.0) / 1e3:.1f}",
+            str(w.rank),
+            *(f"{s:.2f}" for s in (t.load_s, t.compute_s, t.communicate_s, t.wait_s, t.total_s)),
+            str(int(channel.requests)),
+            f"{channel.bytes_sent / 1e6:.2f}",
+            f"{per_round / 1e3:.1f}",
         )
     console.print(table)
-    if result.get("test_accuracy") is not None:
+    if result.test_accuracy is not None:
         console.print(
-            f"test accuracy {result['test_accuracy']:.4f}{_accuracy_of(result)}  test loss {result['test_loss']:.5f}"
+            f"test accuracy {result.test_accuracy:.4f}{_accuracy_of(result)}  test loss {result.test_loss:.5f}"
         )
-    console.print(f"job {result['job_id']} finished in {result['wall_time_s']:.1f}s; model at {result['model_uri']}")
-    cost = result.get("cost")
+    console.print(f"job {result.job_id} finished in {result.wall_time_s:.1f}s; model at {result.model_uri}")
+    cost = result.cost
     if cost and "ec2" in cost:
         ec2 = cost["ec2"]
         console.print(
@@ -74,8 +77,8 @@ def print_result(result: dict[str, Any]) -> None:
             f"(${lam['dollars']:.6f}); {channel['kind']} {int(channel['requests'])} requests "
             f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
         )
-    if "result_path" in result:
-        console.print(f"result: {result['result_path']}")
+    if result.result_path is not None:
+        console.print(f"result: {result.result_path}")
 
 
 def print_dataset(manifest: Manifest, bucket: str) -> None:

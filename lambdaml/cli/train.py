@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from lambdaml.cli.output import console, errors, print_result
 from lambdaml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lambdaml.runtime.reports import JobResult
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -51,7 +54,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> dict[str, Any]:
+def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> JobResult:
     """Run a job through the driver (any backend), printing rank 0's epochs as they end."""
     from lambdaml.backends import JobEvent
     from lambdaml.driver import run_job

@@ -29,6 +29,7 @@ from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
 from lambdaml.runtime import records
 from lambdaml.runtime.heartbeat import both, heartbeat
+from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import assemble_result, collect_reports
 from lambdaml.runtime.worker import run_worker
 from lambdaml.storage import open_storage, put_json
@@ -36,7 +37,7 @@ from lambdaml.storage import open_storage, put_json
 log = logging.getLogger(__name__)
 
 
-def cluster_cost(job: JobSpec, workers: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+def cluster_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
     """One instance per worker, for the run's wall time (the ``Backend.cost`` of IaaS)."""
     return ec2_cost(job.iaas.instance_type, job.workers, wall_s, job.storage.region)
 
@@ -75,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         comm = TorchDistCommunicator(rank, world)
         beat = both(on_epoch, heartbeat(store, attempt))
         report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=beat)
-        put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report)
+        assert isinstance(report, WorkerReport)  # without a Lifetime a run never stops early
+        put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report.to_json())
         if args.assemble and rank == 0:
             reports = collect_reports(store, job, attempt)
             manifest = read_manifest(store, job.dataset, attempt.dataset_version)
@@ -90,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 backend="iaas",
                 cost=cluster_cost,
             )
-            put_json(store, keys.job_result(args.job_id), result)
+            put_json(store, keys.job_result(args.job_id), result.to_json())
             records.set_status(store, args.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
         _emit(events, {"kind": "done", "rank": rank})
     except LambdaMLError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Protocol
 
 from lambdaml import catalogue, keys, settings
@@ -26,6 +27,7 @@ from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, Lamb
 from lambdaml.runtime import records
 from lambdaml.runtime.heartbeat import heartbeat
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.reports import Continuation
 from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports
 from lambdaml.runtime.start import begin, job_secret
 from lambdaml.runtime.worker import Lifetime, run_worker
@@ -218,11 +220,11 @@ def work(
         records.set_status(store, job_id, attempt.number, records.FAILED, error=f"worker {rank}: {exc}", **reason)
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
-    if report["status"] == "continued":
+    if isinstance(report, Continuation):
         function = event.get("worker_function") or context.function_name
         (invoker or BotoInvoker()).invoke_async(function, {**event, "invocation": invocation + 1})
-        return report
-    put_json(store, keys.worker_report(job_id, attempt.number, rank), report)
+        return report.to_json()
+    put_json(store, keys.worker_report(job_id, attempt.number, rank), report.to_json())
     # A duplicate invocation of a rank can write (its end marker) after rank 0 cleared the
     # channel. Rank 0 sweeps again once the job is marked done, and a rank that finds the job
     # already done sweeps itself: whichever comes last sees the other's keys.
@@ -246,6 +248,6 @@ def _finish_job(job: JobSpec, attempt: Attempt, store: Channel) -> None:
         wall_s=time.time() - started,
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
     )
-    result["invocations"] = [r.get("invocations", 1) for r in reports]
-    put_json(store, keys.job_result(attempt.job_id), result)
+    result = replace(result, invocations=tuple(r.invocations for r in reports))
+    put_json(store, keys.job_result(attempt.job_id), result.to_json())
     records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())

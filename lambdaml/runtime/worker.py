@@ -14,7 +14,6 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.config import JobSpec
+from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import load_test, load_worker_data, read_manifest
 from lambdaml.errors import Diverged
@@ -33,6 +33,7 @@ from lambdaml.runtime.checkpoint import Position
 from lambdaml.runtime.heap import keep_freed_buffers
 from lambdaml.runtime.heartbeat import EpochCallback
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.reports import Accuracy, AsyncStats, Continuation, Memory, Times, Traffic, WorkerReport
 from lambdaml.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -50,18 +51,6 @@ def peak_rss_mb() -> float:
 def params_checksum(params: np.ndarray) -> str:
     """A short fingerprint of a model, to check that every rank ends with the same one."""
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
-
-
-def per_round(traffic: dict[str, float], rounds: int) -> dict[str, float]:
-    """Bytes and requests per communication round (one collective or ring exchange), for comparisons."""
-    if rounds <= 0:
-        return {}
-    return {
-        "rounds": rounds,
-        "bytes_sent_per_round": traffic.get("bytes_sent", 0.0) / rounds,
-        "bytes_received_per_round": traffic.get("bytes_received", 0.0) / rounds,
-        "requests_per_round": traffic.get("requests", 0.0) / rounds,
-    }
 
 
 @dataclass
@@ -112,7 +101,7 @@ def run_worker(
     comm: Communicator | None = None,
     store: Channel | None = None,
     lifetime: Lifetime | None = None,
-) -> dict[str, Any]:
+) -> WorkerReport | Continuation:
     """Train one rank to the end (status "done") or to a checkpoint (status "continued").
 
     The workers synchronize through ``comm`` when given (torch.distributed on IaaS), else
@@ -149,7 +138,7 @@ def _run_worker(
     comm: Communicator | None,
     store: Channel | None,
     lifetime: Lifetime | None,
-) -> dict[str, Any]:
+) -> WorkerReport | Continuation:
     started = time.perf_counter()
     job_id = attempt.job_id
     store = store or open_storage(job.storage)
@@ -242,7 +231,7 @@ def _run_worker(
                 if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
                     checkpoint(epoch, step, ckpt.CONTINUATION_SLOT)
                     comm.finish(early=True)
-                    return {"rank": rank, "status": "continued", "epoch": epoch, "step": step}
+                    return Continuation(rank=rank, epoch=epoch, step=step)
                 if periodic and progress() >= due:
                     checkpoint(epoch, step, ckpt.periodic_slot(progress(), every))
                     due = (progress() // every + 1) * every
@@ -260,44 +249,57 @@ def _run_worker(
             on_epoch(rank, epoch + 1, loss, elapsed[-1])
     state.finish()
     params = state.final_params()
-    report: dict[str, Any] = {
-        "rank": rank,
-        "status": "done",
-        "losses": losses,
-        "epoch_elapsed_s": elapsed,
-        "model_checksum": params_checksum(params),
-        "rows": len(y),
-        "steps_per_epoch": steps,
-        "invocations": position.invocations,
-        # Flat memory: the peak after this invocation's first epoch against the peak at the end.
-        "memory": {"peak_rss_after_first_epoch_mb": rss_after_first_epoch, "peak_rss_mb": peak_rss_mb()},
-    }
-    if sync.asynchronous:
-        report["async"] = sync.stats()
+    # Flat memory: the peak after this invocation's first epoch against the peak at the end.
+    memory = Memory(peak_rss_after_first_epoch_mb=rss_after_first_epoch, peak_rss_mb=peak_rss_mb())
+    async_stats = AsyncStats.of(sync.stats()) if sync.asynchronous else None
     comm.finish()
 
+    model_uri: str | None = None
+    test_loss: float | None = None
+    accuracy: Accuracy | None = None
     if rank == 0:
         model_key = keys.job_model(job_id)
         check_finite(params, rank, "model")
         store.put(model_key, codec.encode_bundle({"params": params}))
-        report["model_uri"] = f"s3://{job.storage.bucket}/{model_key}"
+        model_uri = f"s3://{job.storage.bucket}/{model_key}"
         test = load_test(store, manifest)
         if test is not None:
-            report["test_loss"] = model.mean_loss(params, *test)
+            test_loss = model.mean_loss(params, *test)
             if model.supervised:
-                report["test_accuracy"] = model.accuracy(params, *test)
-                report["classes"] = manifest.n_classes
-                report["majority_accuracy"] = _majority_share(test[1])
+                accuracy = Accuracy(
+                    test_accuracy=model.accuracy(params, *test),
+                    classes=manifest.n_classes,
+                    majority_accuracy=_majority_share(test[1]),
+                )
     final = snapshot(spec.epochs, 0)
-    assert final.times is not None and final.traffic is not None
-    report["times"] = {
-        "load_s": final.times["load_s"],
-        "compute_s": final.times["compute_s"],
-        "communicate_s": max(final.times["comm_s"] - final.times["wait_s"], 0.0),
-        "wait_s": final.times["wait_s"],
-        "total_s": final.times["total_s"],
-    }
-    report["channel"] = {**final.traffic, **per_round(final.traffic, comm.round)}
-    if lifetime is not None and lifetime.on_lambda:
-        report["billed"] = final.billed
-    return report
+    assert final.times is not None and final.traffic is not None and final.billed is not None
+    times = final.times
+    on_lambda = lifetime is not None and lifetime.on_lambda
+    return WorkerReport(
+        rank=rank,
+        losses=tuple(losses),
+        epoch_elapsed_s=tuple(elapsed),
+        model_checksum=params_checksum(params),
+        rows=len(y),
+        steps_per_epoch=steps,
+        invocations=position.invocations,
+        memory=memory,
+        async_stats=async_stats,
+        model_uri=model_uri,
+        test_loss=test_loss,
+        accuracy=accuracy,
+        times=Times(
+            load_s=times["load_s"],
+            compute_s=times["compute_s"],
+            communicate_s=max(times["comm_s"] - times["wait_s"], 0.0),
+            wait_s=times["wait_s"],
+            total_s=times["total_s"],
+        ),
+        channel=Traffic.measured(final.traffic, comm.round),
+        billed=tuple(_invocation(b) for b in final.billed) if on_lambda else None,
+    )
+
+
+def _invocation(billed: dict[str, float]) -> Invocation:
+    """A billed invocation as a checkpoint keeps it."""
+    return Invocation(float(billed["duration_s"]), int(billed["memory_mb"]), bool(billed.get("cold", False)))

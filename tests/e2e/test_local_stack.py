@@ -21,6 +21,7 @@ from lambdaml.backends import stack as remote
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.local import stack
+from lambdaml.runtime.reports import JobResult
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -75,14 +76,14 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
         env={**os.environ},
     )
     assert done.returncode == 0, done.stderr
-    result = json.loads(next(tmp_path.glob("e2e-lr-*.json")).read_text())
-    assert result["ranks_agree"]
-    on_lambda = codec.decode_bundle(store.get(keys.job_model(result["job_id"])))["params"]
+    result = JobResult.from_json(json.loads(next(tmp_path.glob("e2e-lr-*.json")).read_text()))
+    assert result.ranks_agree
+    on_lambda = codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
 
     # The same job on the local-process backend, against the same bucket and cache.
     job = remote.bind(JOB, deployed)
     local = run_job(job, results_dir=None)
-    np.testing.assert_array_equal(on_lambda, codec.decode_bundle(store.get(keys.job_model(local["job_id"])))["params"])
+    np.testing.assert_array_equal(on_lambda, codec.decode_bundle(store.get(keys.job_model(local.job_id)))["params"])
 
     # Every worker ran as a Lambda invocation; the first ones were cold starts.
     log = [json.loads(line) for line in (Path(record["workdir"]) / "invocations.jsonl").read_text().splitlines()]
@@ -90,8 +91,8 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
     assert len(workers) >= 4 and all(r["status"] == "success" for r in workers)
     assert any(r["cold"] for r in workers)
     # The result counts the same: one billed entry per worker invocation, cold starts marked.
-    assert result["cost"]["lambda"]["invocations"] == len(workers)
-    assert result["cost"]["lambda"]["cold_starts"] == sum(1 for r in workers if r["cold"])
+    assert result.cost["lambda"]["invocations"] == len(workers)
+    assert result.cost["lambda"]["cold_starts"] == sum(1 for r in workers if r["cold"])
 
 
 def test_status_reports_a_finished_job_and_rejects_an_unknown_one(

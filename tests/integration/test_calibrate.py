@@ -31,13 +31,14 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     # A Python client spends much of a loopback call in its own code; the rest is the server and the kernel.
     assert 0.05 < redis.cpu_share_get <= 1.0 and 0.05 < redis.cpu_share_put <= 1.0
     assert redis.shared_cores == cores()
-    # Each pattern's rounds of large values were measured: its bytes move at most a few times slower.
-    assert 1.0 <= redis.bytes_slowdown < 5.0 and redis.sr_bytes_slowdown is not None
-    assert 1.0 <= redis.sr_bytes_slowdown < 5.0
+    # Each pattern's rounds of large values were measured: its bytes move at most a few times
+    # slower (5 is where the solve stops; a machine loaded by other work gets there).
+    assert 1.0 <= redis.bytes_slowdown <= 5.0 and redis.sr_bytes_slowdown is not None
+    assert 1.0 <= redis.sr_bytes_slowdown <= 5.0
     lr = profile.measured["lr:29:dense"]
     assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
     assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6
-    assert profile.figure("lambda.checkpoint_every") is None  # local processes do not checkpoint
+    assert profile.figure("lambda.checkpoint_every") is None  # a local target has no Lambda continuations
     assert "measured by 'lambdaml calibrate'" in profile.origin["channels.redis.latency_get_s"]
     assert "Lambda" in profile.origin["lambda.vcpu_one_at_mb"]  # what was not measured keeps its source
 

@@ -65,8 +65,8 @@ def test_an_interrupted_re_prepare_leaves_the_previous_version_current_and_whole
     for i in range(SHARDS):  # every shard of the current version is the one its manifest describes
         np.testing.assert_array_equal(shards.load_worker_data(store, current, i, SHARDS)[1], before[i])
     result = run_job(job_on(spec, name), results_dir=None)
-    assert result["dataset"]["version"] == first.dataset_version
-    assert result["test_accuracy"] > 0.6
+    assert result.dataset.version == first.dataset_version
+    assert result.test_accuracy > 0.6
 
     # The next prepare that completes replaces it, and removes the abandoned half.
     second = shards.prepare(store, name, *rows(3), shards=SHARDS, seed=3, overwrite=True)

@@ -15,6 +15,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.models.kmeans import KMeansModel, initial_centroids
 from lambdaml.models.linear import LogisticRegression
+from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import open_storage
 from tests.helpers import CHANNEL_KINDS, Services, channel_spec, unique_name
 
@@ -60,8 +61,8 @@ def job_for(storage: StorageSpec, channel: Any, name: str, **overrides: Any) -> 
     return parse_job(data)
 
 
-def model_of(store: Channel, result: dict[str, Any]) -> np.ndarray:
-    return codec.decode_bundle(store.get(keys.job_model(result["job_id"])))["params"]
+def model_of(store: Channel, result: JobResult) -> np.ndarray:
+    return codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
 
 
 def lloyd(X: np.ndarray, start: np.ndarray, iterations: int) -> tuple[np.ndarray, float]:
@@ -103,19 +104,19 @@ def test_every_valid_combination_reaches_its_target(
     job = job_for(storage, channel_spec(kind, services), algorithm, sync={"pattern": pattern, "protocol": protocol})
     result = run_job(job, results_dir=None)
 
-    final_loss = result["loss_curve"][-1]["loss"]
+    final_loss = result.loss_curve[-1].loss
     if algorithm == "kmeans":
         _, reference = lloyd_reference(data, job.algorithm.epochs, job.algorithm.seed)
         assert final_loss <= reference * KMEANS_SLACK
     else:
         assert final_loss <= LR_TARGET_LOSS
-        assert result["test_accuracy"] >= 0.8
+        assert result.test_accuracy >= 0.8
     if protocol == "bsp":
-        assert result["ranks_agree"]
+        assert result.ranks_agree
     else:
-        pushes = sum(w["async"]["pushes"] for w in result["workers"])
-        for worker in result["workers"]:
-            assert worker["async"]["applied"] == pushes, "every update applied exactly once by every worker"
+        pushes = sum(w.async_stats.pushes for w in result.workers)
+        for worker in result.workers:
+            assert worker.async_stats.applied == pushes, "every update applied exactly once by every worker"
 
 
 def test_scatter_reduce_equals_allreduce_on_the_same_job(
@@ -139,7 +140,7 @@ def test_bsp_kmeans_matches_single_process_lloyd(services: Services, store: tupl
     result = run_job(job, results_dir=None)
     centroids, inertia = lloyd_reference(data, 6, 3)
     assert np.max(np.abs(model_of(data, result).reshape(4, -1) - centroids)) <= 1e-6
-    assert result["loss_curve"][-1]["loss"] == pytest.approx(inertia, rel=1e-9)
+    assert result.loss_curve[-1].loss == pytest.approx(inertia, rel=1e-9)
 
 
 def test_admm_reaches_the_single_process_objective(services: Services, store: tuple[StorageSpec, Channel]) -> None:
@@ -187,11 +188,11 @@ def test_asp_version_counts_every_push_exactly_once(
     )
     result = run_job(job, results_dir=None)
     pushes = 2 * 300 // batch_size
-    for worker in result["workers"]:
-        assert worker["async"]["pushes"] == pushes
-        assert worker["async"]["version"] == 4 * pushes
-        assert worker["async"]["applied"] == 4 * pushes
-    assert result["loss_curve"][-1]["loss"] < 0.45
-    assert result["test_accuracy"] >= 0.8
-    staleness = [w["async"]["staleness_mean"] for w in result["workers"]]
+    for worker in result.workers:
+        assert worker.async_stats.pushes == pushes
+        assert worker.async_stats.version == 4 * pushes
+        assert worker.async_stats.applied == 4 * pushes
+    assert result.loss_curve[-1].loss < 0.45
+    assert result.test_accuracy >= 0.8
+    staleness = [w.async_stats.staleness_mean for w in result.workers]
     assert all(s >= 0 for s in staleness)

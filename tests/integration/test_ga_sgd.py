@@ -59,19 +59,19 @@ def test_bsp_ga_sgd_equals_single_process_sgd(
     job = make_job(spec, channel_spec(kind, services), "equiv", epochs=2, batch_size=40, lr=0.5, l2=1e-3)
     result = run_job(job, results_dir=tmp_path)
 
-    distributed = load_model(store, result["job_id"])
+    distributed = load_model(store, result.job_id)
     reference = single_process_sgd(store, uneven_dataset, job)
-    assert result["ranks_agree"], "every rank must end with the identical model under BSP"
+    assert result.ranks_agree, "every rank must end with the identical model under BSP"
     assert np.max(np.abs(distributed - reference)) <= 1e-5
-    assert [p["epoch"] for p in result["loss_curve"]] == [1, 2]
-    assert result["loss_curve"][1]["loss"] < result["loss_curve"][0]["loss"]
-    for worker in result["workers"]:
-        assert worker["total_s"] >= worker["load_s"] + worker["compute_s"]
-        assert worker["channel"]["puts"] > 0
+    assert [p.epoch for p in result.loss_curve] == [1, 2]
+    assert result.loss_curve[1].loss < result.loss_curve[0].loss
+    for worker in result.workers:
+        assert worker.times.total_s >= worker.times.load_s + worker.times.compute_s
+        assert worker.channel.puts > 0
     # The job leaves nothing of itself on the channel.
     if kind != "memory":  # the in-memory channel lives and dies with the job
         with open_channel(job.channel) as channel:
-            assert channel.list(keys.comm_prefix(result["job_id"])) == []
+            assert channel.list(keys.comm_prefix(result.job_id)) == []
 
 
 def test_four_workers_match_single_process_accuracy(
@@ -99,7 +99,7 @@ def test_four_workers_match_single_process_accuracy(
     single_accuracy = model.accuracy(params, *test)
 
     assert single_accuracy > 0.8, "the reference itself must have learned"
-    assert abs(result["test_accuracy"] - single_accuracy) <= 0.01
+    assert abs(result.test_accuracy - single_accuracy) <= 0.01
     # Result JSON is in S3 as well as on disk.
-    assert (tmp_path / f"{result['job_id']}.json").exists()
-    assert store.get(keys.job_result(result["job_id"]))
+    assert (tmp_path / f"{result.job_id}.json").exists()
+    assert store.get(keys.job_result(result.job_id))

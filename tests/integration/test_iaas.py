@@ -15,6 +15,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.data.builtin import load_builtin
 from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError, JobFailed
+from lambdaml.runtime.reports import JobResult
 from tests.helpers import Services, channel_spec
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,8 +40,8 @@ def job_for(storage: StorageSpec, services: Services, dataset: str, **fields: An
     )
 
 
-def model_of(store: Channel, result: dict[str, Any]) -> np.ndarray:
-    return codec.decode_bundle(store.get(keys.job_model(result["job_id"])))["params"]
+def model_of(store: Channel, result: JobResult) -> np.ndarray:
+    return codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
 
 
 @pytest.fixture(scope="module")
@@ -64,25 +65,23 @@ def test_ga_sgd_on_gloo_equals_the_faas_run(
     iaas = run_job(job, backend="iaas-local", results_dir=tmp_path)
 
     assert np.max(np.abs(model_of(store, iaas) - model_of(store, faas))) <= 1e-5
-    assert iaas["ranks_agree"] and iaas["backend"] == "iaas-local"
-    assert [p["loss"] for p in iaas["loss_curve"]] == pytest.approx([p["loss"] for p in faas["loss_curve"]], rel=1e-6)
+    assert iaas.ranks_agree and iaas.backend == "iaas-local"
+    assert [p.loss for p in iaas.loss_curve] == pytest.approx([p.loss for p in faas.loss_curve], rel=1e-6)
     # Same record as a FaaS run, billed as EC2: one instance per worker, at least a minute each.
-    assert len(iaas["workers"]) == WORKERS
+    assert len(iaas.workers) == WORKERS
     steps = 13  # ceil(481 / 40) rounds per epoch, two epochs
-    assert all(w["channel"]["requests"] == 2 * steps for w in iaas["workers"])
+    assert all(w.channel.requests == 2 * steps for w in iaas.workers)
     # The FaaS run is priced as Lambda bills it: each worker's time at the worker's memory.
-    lam = faas["cost"]["lambda"]
-    busy = sum(w["total_s"] for w in faas["workers"]) * job.runtime.memory_mb / 1024
+    lam = faas.cost["lambda"]
+    busy = sum(w.times.total_s for w in faas.workers) * job.runtime.memory_mb / 1024
     assert lam["invocations"] == WORKERS and lam["gb_seconds"] == pytest.approx(busy, rel=1e-3)
-    ec2 = iaas["cost"]["ec2"]
+    ec2 = iaas.cost["ec2"]
     assert ec2["instances"] == WORKERS and ec2["seconds_billed"] >= 60
-    assert iaas["cost"]["total_dollars"] == pytest.approx(
-        WORKERS * ec2["seconds_billed"] * ec2["dollars_per_hour"] / 3600
-    )
+    assert iaas.cost["total_dollars"] == pytest.approx(WORKERS * ec2["seconds_billed"] * ec2["dollars_per_hour"] / 3600)
 
     # Side by side: a table with both runs and their ratios, and the loss/time/dollars plot.
     plot = tmp_path / "compare.png"
-    assert main(["compare", faas["result_path"], iaas["result_path"], "--plot", str(plot)]) == 0
+    assert main(["compare", faas.result_path, iaas.result_path, "--plot", str(plot)]) == 0
     table = capsys.readouterr().out
     assert "local redis W=4" in table and "iaas-local gloo W=4" in table
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -104,10 +103,10 @@ def test_model_averaging_algorithms_run_on_gloo(
     spec = data_store[0]
     job = job_for(spec, services, higgs, epochs=3, **algorithm)
     iaas = run_job(job, backend="iaas-local", results_dir=tmp_path)
-    losses = [p["loss"] for p in iaas["loss_curve"]]
+    losses = [p.loss for p in iaas.loss_curve]
     assert losses[-1] < losses[0]
-    assert iaas["ranks_agree"]
-    assert iaas["test_loss"] < 0.9 * np.log(2)  # well below the all-zero model's loss
+    assert iaas.ranks_agree
+    assert iaas.test_loss < 0.9 * np.log(2)  # well below the all-zero model's loss
 
 
 def test_mlp_trains_with_distributed_data_parallel(
@@ -123,9 +122,9 @@ def test_mlp_trains_with_distributed_data_parallel(
     faas = run_job(job, backend="local", results_dir=tmp_path)
     # DDP sums gradients in backward; the model must match the channel path's to float rounding.
     assert np.max(np.abs(model_of(store, iaas) - model_of(store, faas))) <= 1e-4
-    assert iaas["test_accuracy"] >= 0.85
+    assert iaas.test_accuracy >= 0.85
     # Only the two statistics travel through the communicator; gradients go through DDP.
-    assert iaas["workers"][0]["channel"]["bytes_sent"] < 1000 * iaas["workers"][0]["channel"]["requests"]
+    assert iaas.workers[0].channel.bytes_sent < 1000 * iaas.workers[0].channel.requests
 
 
 def test_asynchronous_jobs_are_refused_on_gloo(

@@ -21,6 +21,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError
 from lambdaml.runtime import lambda_handlers, records
+from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec, unique_name
 from tests.lambda_harness import FakeContext, invoker, model, start
@@ -54,7 +55,7 @@ def make_job(storage: StorageSpec, channel: Any, *, lr: float = 0.5, epochs: int
 def uninterrupted(storage: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
     spec, store = storage
     result = run_job(make_job(spec, channel_spec("redis", services)), results_dir=None)
-    return model(store, result["job_id"])
+    return model(store, result.job_id)
 
 
 def ctrl_c(event: JobEvent) -> None:
@@ -105,12 +106,12 @@ def test_two_starts_of_one_id_at_once_one_wins_and_the_other_is_refused_at_once(
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    results = [o for o in outcomes.values() if isinstance(o, dict)]
+    results = [o for o in outcomes.values() if isinstance(o, JobResult)]
     refusals = [o for o in outcomes.values() if isinstance(o, ConfigError)]
     assert len(results) == 1 and len(refusals) == 1, outcomes
     assert "is taken" in str(refusals[0])
     assert refused_after[0] < 10, "the loser waited instead of being refused at once"
-    assert results[0]["status"] == "succeeded" and results[0]["attempt"] == 1
+    assert results[0].status == "succeeded" and results[0].attempt == 1
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
 
 
@@ -151,7 +152,7 @@ def test_an_interrupted_local_job_resumes_from_its_checkpoints_to_the_uninterrup
         run_job(make_job(spec, channel_spec("redis", services), lr=0.05), job_id=job_id, resume=True)
 
     result = run_job(job, job_id=job_id, resume=True, results_dir=None)
-    assert result["attempt"] == 2 and result["status"] == "succeeded"
+    assert result.attempt == 2 and result.status == "succeeded"
     attempt = records.read_attempt(store, job_id, 2)
     assert attempt.resume is not None and attempt.resume.attempt == 1 and attempt.resume.round > 0
     np.testing.assert_array_equal(model(store, job_id), uninterrupted)

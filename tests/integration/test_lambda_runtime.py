@@ -17,7 +17,7 @@ from lambdaml.driver import run_job
 from lambdaml.runtime import lambda_handlers
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec
-from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, sent_event, start
+from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, sent_event, start, stored_result
 
 WORKERS = 3
 
@@ -46,7 +46,7 @@ def make_job(storage: StorageSpec, services: Services, **sync: Any) -> JobSpec:
 def uninterrupted(storage: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
     spec, store = storage
     result = run_job(make_job(spec, services), results_dir=None)
-    return model(store, result["job_id"])
+    return model(store, result.job_id)
 
 
 def test_long_job_continues_across_invocations_to_the_same_model(
@@ -59,16 +59,16 @@ def test_long_job_continues_across_invocations_to_the_same_model(
     job_id = start(make_job(spec, services), lam)
     lam.join()
 
-    result = get_json(store, keys.job_result(job_id))
+    result = stored_result(store, job_id)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
-    assert min(result["invocations"]) >= 3
+    assert min(result.invocations) >= 3
     np.testing.assert_array_equal(model(store, job_id), uninterrupted)
     # Cost: every invocation billed at the context's 1,024 MB, and the channel's requests.
-    cost = result["cost"]
-    assert cost["lambda"]["invocations"] == sum(result["invocations"])
-    busy = sum(w["total_s"] for w in result["workers"])  # time inside the training loop
+    cost = result.cost
+    assert cost["lambda"]["invocations"] == sum(result.invocations)
+    busy = sum(w.times.total_s for w in result.workers)  # time inside the training loop
     assert busy <= cost["lambda"]["gb_seconds"] <= WORKERS * (time.monotonic() - began)
-    assert cost["channel"]["requests"] == sum(w["channel"]["requests"] for w in result["workers"])
+    assert cost["channel"]["requests"] == sum(w.channel.requests for w in result.workers)
     assert cost["total_dollars"] > cost["lambda"]["dollars"] > 0
 
 
@@ -188,10 +188,10 @@ def test_asp_job_continues_across_invocations_applying_every_update_once(
     job_id = start(make_job(spec, services, protocol="asp", timeout_s=5), lam)
     lam.join(timeout=60)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
-    result = get_json(store, keys.job_result(job_id))
-    assert min(result["invocations"]) >= 3
-    pushes = sum(w["async"]["pushes"] for w in result["workers"])
+    result = stored_result(store, job_id)
+    assert min(result.invocations) >= 3
+    pushes = sum(w.async_stats.pushes for w in result.workers)
     assert pushes == 3 * 24  # 3 workers x 3 epochs x 8 steps, none repeated by a continuation
-    assert all(w["async"]["applied"] == pushes for w in result["workers"])
-    losses = [p["loss"] for p in result["loss_curve"]]
+    assert all(w.async_stats.applied == pushes for w in result.workers)
+    losses = [p.loss for p in result.loss_curve]
     assert losses[-1] < losses[0]

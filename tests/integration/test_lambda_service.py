@@ -158,7 +158,8 @@ def test_timeout_kills_the_runtime(service: LambdaService, client: Any) -> None:
     start = time.monotonic()
     response, body = invoke(client, "short", {"seconds": 10})
     elapsed = time.monotonic() - start
-    assert 1.0 <= elapsed < 2.5
+    # Cut at its 1 s timeout, not after the 10 s it asked for; the margin is for a loaded machine.
+    assert 1.0 <= elapsed < 6.0
     assert response["FunctionError"] == "Unhandled"
     assert body["errorType"] == "Sandbox.Timedout"
     assert body["errorMessage"].endswith("Task timed out after 1.00 seconds")

@@ -52,8 +52,8 @@ def test_mlp_on_digits_with_four_workers(services: Services, storage: tuple[Stor
         {"name": "mlp", "hidden": [128]},
         {"name": "ga_sgd", "lr": 1.0, "batch_size": 32, "epochs": 30},
     )
-    assert result["ranks_agree"]
-    assert result["test_accuracy"] >= 0.95
+    assert result.ranks_agree
+    assert result.test_accuracy >= 0.95
 
 
 @pytest.mark.parametrize("algorithm", ["ga_sgd", "ma_sgd"])
@@ -70,8 +70,8 @@ def test_svm_on_breast_cancer(algorithm: str, services: Services, storage: tuple
         {"name": "svm", "l2": 1e-3},
         {"name": algorithm, "lr": 0.05, "batch_size": 16, "epochs": 10},
     )
-    assert result["test_accuracy"] >= 0.94
-    assert result["loss_curve"][-1]["loss"] < result["loss_curve"][0]["loss"]
+    assert result.test_accuracy >= 0.94
+    assert result.loss_curve[-1].loss < result.loss_curve[0].loss
 
 
 @pytest.mark.parametrize("model", ["lr", "svm"])
@@ -87,11 +87,11 @@ def test_sparse_rcv1_like_data(model: str, services: Services, storage: tuple[St
         {"name": model},
         {"name": "ga_sgd", "lr": 5.0 if model == "lr" else 2.0, "batch_size": 10, "epochs": 4},
     )
-    assert result["test_accuracy"] >= 0.7
-    assert result["loss_curve"][-1]["loss"] < result["loss_curve"][0]["loss"]
+    assert result.test_accuracy >= 0.7
+    assert result.loss_curve[-1].loss < result.loss_curve[0].loss
     # 20,001 float64 parameters travel as one vector each round.
-    rounds = 4 * result["workers"][0]["rows"] // 10
-    assert result["workers"][1]["channel"]["bytes_sent"] >= rounds * 20_001 * 8
+    rounds = 4 * result.workers[0].rows // 10
+    assert result.workers[1].channel.bytes_sent >= rounds * 20_001 * 8
 
 
 @pytest.mark.parametrize("model", ["mobilenet", "resnet18"])
@@ -114,6 +114,6 @@ def test_convolutional_models_train_on_32x32_images(
         {"name": model, "width": 0.125},
         {"name": "ga_sgd", "lr": 0.05, "batch_size": 8, "epochs": 3, "optimizer": "momentum"},
     )
-    assert result["ranks_agree"]
-    assert result["loss_curve"][-1]["loss"] < result["loss_curve"][0]["loss"]
-    assert result["test_accuracy"] >= 0.9
+    assert result.ranks_agree
+    assert result.loss_curve[-1].loss < result.loss_curve[0].loss
+    assert result.test_accuracy >= 0.9

@@ -75,9 +75,9 @@ def test_softmax_ga_sgd_learns_digits_and_equals_single_process_sgd(
     job = make_job(spec, channel_spec(kind, services), "softmax", {"name": "ga_sgd", **SOFTMAX})
     result = run_job(job, results_dir=None)
 
-    assert result["ranks_agree"]
-    assert result["test_accuracy"] >= 0.95
-    distributed = load_model(store, result["job_id"])
+    assert result.ranks_agree
+    assert result.test_accuracy >= 0.95
+    distributed = load_model(store, result.job_id)
     assert distributed.shape == ((64 + 1) * 10,)
     reference = single_process_sgd(store, digits, job)
     assert np.max(np.abs(distributed - reference)) <= 1e-5
@@ -85,9 +85,9 @@ def test_softmax_ga_sgd_learns_digits_and_equals_single_process_sgd(
     test = shards.load_test(store, digits)
     assert test is not None
     model = SoftmaxRegression(digits.n_features, n_classes=10)
-    assert model.accuracy(distributed, *test) == pytest.approx(result["test_accuracy"], abs=1e-12)
+    assert model.accuracy(distributed, *test) == pytest.approx(result.test_accuracy, abs=1e-12)
     assert len(np.unique(model.predict(distributed, test[0]))) == 10
-    losses = [p["loss"] for p in result["loss_curve"]]
+    losses = [p.loss for p in result.loss_curve]
     assert losses[-1] < losses[0] < np.log(10)  # below the uniform guess's log C from the first epoch
 
 
@@ -97,8 +97,8 @@ def test_softmax_ma_sgd_learns_digits(
     spec, _ = data_store
     job = make_job(spec, channel_spec("redis", services), "softmax", {"name": "ma_sgd", **SOFTMAX})
     result = run_job(job, results_dir=None)
-    assert result["ranks_agree"]
-    assert result["test_accuracy"] >= 0.9
+    assert result.ranks_agree
+    assert result.test_accuracy >= 0.9
 
 
 def test_softmax_asp_learns_digits(
@@ -108,7 +108,7 @@ def test_softmax_asp_learns_digits(
     # Each worker's step lands on the shared model: four times the updates of BSP, so half the rate.
     job = make_job(spec, channel_spec("redis", services), "softmax", {"name": "ga_sgd", **SOFTMAX, "lr": 0.25}, "asp")
     result = run_job(job, results_dir=None)
-    assert result["test_accuracy"] >= 0.9
+    assert result.test_accuracy >= 0.9
 
 
 def test_multiclass_svm_ga_sgd_learns_digits(
@@ -117,9 +117,9 @@ def test_multiclass_svm_ga_sgd_learns_digits(
     spec, store = data_store
     job = make_job(spec, channel_spec("redis", services), "multiclass_svm", {"name": "ga_sgd", **SOFTMAX, "lr": 0.3})
     result = run_job(job, results_dir=None)
-    assert result["ranks_agree"]
-    assert result["test_accuracy"] >= 0.93
-    np.testing.assert_allclose(load_model(store, result["job_id"]), single_process_sgd(store, digits, job), atol=1e-5)
+    assert result.ranks_agree
+    assert result.test_accuracy >= 0.93
+    np.testing.assert_allclose(load_model(store, result.job_id), single_process_sgd(store, digits, job), atol=1e-5)
 
 
 @pytest.mark.parametrize("model", ["lr", "svm"])

@@ -29,6 +29,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.driver import run_job
 from lambdaml.models.linear import LogisticRegression
+from lambdaml.runtime.reports import JobResult, WorkerReport
 from lambdaml.runtime.worker import Lifetime, run_worker
 from tests.helpers import Services, channel_spec, first_attempt, unique_name
 
@@ -66,12 +67,12 @@ def job(storage: StorageSpec, dataset: str, algorithm: dict[str, Any], **section
 def run(storage: tuple[StorageSpec, Channel], dataset: str, algorithm: dict[str, Any], **sections: Any) -> Any:
     """Run a job; return its result and final model."""
     result = run_job(job(storage[0], dataset, algorithm, **sections), results_dir=None)
-    model = codec.decode_bundle(storage[1].get(keys.job_model(result["job_id"])))["params"]
+    model = codec.decode_bundle(storage[1].get(keys.job_model(result.job_id)))["params"]
     return result, model
 
 
-def final_loss(result: dict[str, Any]) -> float:
-    return float(result["loss_curve"][-1]["loss"])
+def final_loss(result: JobResult) -> float:
+    return float(result.loss_curve[-1].loss)
 
 
 # --- identity compression == the uncompressed counterpart ----------------------------------
@@ -90,10 +91,10 @@ def test_identity_compression_equals_the_uncompressed_job(
     sync = {"timeout_s": 60, "pattern": pattern}
     plain, plain_model = run(store, "small", {"name": name, **SMALL}, sync=sync)
     ident, ident_model = run(store, "small", {"name": name, **SMALL, "compression": {"name": "identity"}}, sync=sync)
-    assert ident["ranks_agree"] and np.abs(plain_model).max() > 0.1
+    assert ident.ranks_agree and np.abs(plain_model).max() > 0.1
     if exact:  # GA-SGD: the same rank-order sums, bit for bit
         np.testing.assert_array_equal(ident_model, plain_model)
-        assert [p["loss"] for p in ident["loss_curve"]] == [p["loss"] for p in plain["loss_curve"]]
+        assert [p.loss for p in ident.loss_curve] == [p.loss for p in plain.loss_curve]
     else:  # MA-SGD averages x + mean(x_i - x) instead of mean(x_i): equal up to rounding
         np.testing.assert_allclose(ident_model, plain_model, rtol=0, atol=1e-12)
 
@@ -152,18 +153,18 @@ def test_onebit_adam_with_identity_equals_its_update_rule(store: tuple[StorageSp
             ]
             m = np.where(frozen > 0, np.mean(own, axis=0), 0.0)
             x = x - lr * m / (np.sqrt(frozen) + eps)
-    assert frozen is not None and result["ranks_agree"]
+    assert frozen is not None and result.ranks_agree
     np.testing.assert_allclose(distributed, x, rtol=0, atol=1e-9)
 
 
 @pytest.fixture(scope="module")
-def dpsgd(store: tuple[StorageSpec, Channel]) -> tuple[dict[str, Any], np.ndarray]:
+def dpsgd(store: tuple[StorageSpec, Channel]) -> tuple[JobResult, np.ndarray]:
     result, model = run(store, "small", {"name": "dpsgd", **SMALL})
     return result, model
 
 
 def test_dpsgd_equals_its_update_rule_on_a_ring(
-    store: tuple[StorageSpec, Channel], dpsgd: tuple[dict[str, Any], np.ndarray]
+    store: tuple[StorageSpec, Channel], dpsgd: tuple[JobResult, np.ndarray]
 ) -> None:
     """x_i <- mean(x_{i-1}, x_i, x_{i+1}) - lr g_i, every worker on its own model; the result is the average."""
     spec = job(store[0], "small", {"name": "dpsgd", **SMALL})
@@ -177,12 +178,12 @@ def test_dpsgd_equals_its_update_rule_on_a_ring(
         xs = [(xs[r - 1] + xs[r] + xs[(r + 1) % WORKERS]) / 3 - 0.4 * grads[r] for r in range(WORKERS)]
     assert np.max(np.abs(xs[0] - xs[2])) > 1e-6, "the workers' models differ until the final average"
     np.testing.assert_allclose(dpsgd[1], np.mean(xs, axis=0), rtol=0, atol=1e-10)
-    assert dpsgd[0]["ranks_agree"]
+    assert dpsgd[0].ranks_agree
 
 
 @pytest.mark.parametrize("name", ["dcd_psgd", "ecd_psgd", "choco_sgd"])
 def test_compressed_ring_methods_with_identity_are_dpsgd(
-    name: str, store: tuple[StorageSpec, Channel], dpsgd: tuple[dict[str, Any], np.ndarray]
+    name: str, store: tuple[StorageSpec, Channel], dpsgd: tuple[JobResult, np.ndarray]
 ) -> None:
     algorithm = {"name": name, **SMALL, "gamma": 1.0, "compression": {"name": "identity"}}
     _, model = run(store, "small", algorithm)
@@ -209,7 +210,7 @@ def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_to_the_same_model(
     shared, job_id = MemoryChannel(), unique_name("resume")
     attempt = first_attempt(store[1], spec, job_id)
 
-    def rank_main(rank: int) -> dict[str, Any]:
+    def rank_main(rank: int) -> WorkerReport:
         calls = itertools.count(1)  # the worker asks for its remaining time before every step
 
         def remaining_s() -> float:
@@ -223,12 +224,12 @@ def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_to_the_same_model(
                 report = run_worker(spec, attempt, rank, channel=shared, store=store[1], lifetime=lifetime)
             except RuntimeError:
                 continue  # AWS retries the invocation; it resumes from the checkpoint
-            if report["status"] == "done":
+            if isinstance(report, WorkerReport):  # done, not continued
                 return report
 
     with ThreadPoolExecutor(WORKERS) as pool:
         reports = list(pool.map(rank_main, range(WORKERS)))
-    assert reports[1]["invocations"] == 2 and reports[0]["invocations"] == 1
+    assert reports[1].invocations == 2 and reports[0].invocations == 1
     resumed = codec.decode_bundle(store[1].get(keys.job_model(job_id)))["params"]
     np.testing.assert_array_equal(resumed, reference)
 
@@ -277,7 +278,7 @@ def test_onebit_sends_25x_fewer_bytes_per_round_than_fp32(services: Services, pa
 # --- convergence: compressed vs uncompressed, measured here ------------------------------------
 
 
-def assert_close_to(compressed: dict[str, Any], uncompressed: dict[str, Any]) -> None:
+def assert_close_to(compressed: JobResult, uncompressed: JobResult) -> None:
     """Compression costs at most 1% of final loss and 1 point of test accuracy.
 
     One-sided: ending lower is no failure. (Across seeds, the MLP's final mini-batch loss
@@ -285,7 +286,7 @@ def assert_close_to(compressed: dict[str, Any], uncompressed: dict[str, Any]) ->
     pair here end within 1% of each other.)
     """
     assert final_loss(compressed) <= 1.01 * final_loss(uncompressed)
-    assert compressed["test_accuracy"] >= uncompressed["test_accuracy"] - 0.01
+    assert compressed.test_accuracy >= uncompressed.test_accuracy - 0.01
 
 
 LR_SGD = {"epochs": 5, "batch_size": 50, "lr": 0.3}
@@ -298,18 +299,18 @@ def test_onebit_ef_sgd_and_onebit_adam_match_uncompressed_on_lr(store: tuple[Sto
     ef, _ = run(store, "higgs", {"name": "ga_sgd", **LR_SGD, "compression": {"name": "onebit"}}, sync=sync)
     adam, _ = run(store, "higgs", {"name": "ga_sgd", **LR_ADAM, "optimizer": "adam"}, sync=sync)
     onebit_adam, _ = run(store, "higgs", {"name": "onebit_adam", **LR_ADAM, "warmup_steps": 40}, sync=sync)
-    assert final_loss(sgd) < 0.3 and sgd["test_accuracy"] > 0.85, "the reference itself learned"
+    assert final_loss(sgd) < 0.3 and sgd.test_accuracy > 0.85, "the reference itself learned"
     assert_close_to(ef, sgd)
     assert_close_to(onebit_adam, adam)
     # Every worker's result counts its rounds (one per step) and what each round sent. (With 29
     # parameters the codec's headers outweigh the floats; the bytes test above has d = 1e6.)
     steps = 5 * 16
     for compressed, plain in ((ef, sgd), (onebit_adam, adam)):
-        for worker, reference in zip(compressed["workers"], plain["workers"], strict=True):
-            channel = worker["channel"]
-            assert channel["rounds"] == reference["channel"]["rounds"] == steps
-            assert channel["bytes_sent_per_round"] == pytest.approx(channel["bytes_sent"] / steps)
-            assert channel["requests_per_round"] == pytest.approx(channel["requests"] / steps)
+        for worker, reference in zip(compressed.workers, plain.workers, strict=True):
+            channel = worker.channel
+            assert channel.per_round.rounds == reference.channel.per_round.rounds == steps
+            assert channel.per_round.bytes_sent_per_round == pytest.approx(channel.bytes_sent / steps)
+            assert channel.per_round.requests_per_round == pytest.approx(channel.requests / steps)
 
 
 def test_onebit_ef_sgd_and_onebit_adam_match_uncompressed_on_an_mlp(store: tuple[StorageSpec, Channel]) -> None:
@@ -330,7 +331,7 @@ def test_onebit_ef_sgd_and_onebit_adam_match_uncompressed_on_an_mlp(store: tuple
         "adam": run(store, "digits", adam, **sections)[0],
         "onebit_adam": run(store, "digits", {**adam, "name": "onebit_adam", "warmup_steps": 60}, **sections)[0],
     }
-    assert results["sgd"]["test_accuracy"] > 0.93 and results["adam"]["test_accuracy"] > 0.93, "the references learned"
+    assert results["sgd"].test_accuracy > 0.93 and results["adam"].test_accuracy > 0.93, "the references learned"
     assert_close_to(results["ef"], results["sgd"])
     assert_close_to(results["onebit_adam"], results["adam"])
 
@@ -339,13 +340,13 @@ def test_dcd_ecd_and_choco_with_8_bits_converge_on_lr(
     store: tuple[StorageSpec, Channel],
 ) -> None:
     dpsgd, _ = run(store, "higgs", {"name": "dpsgd", **LR_SGD})
-    assert final_loss(dpsgd) < 0.3 and dpsgd["ranks_agree"]
+    assert final_loss(dpsgd) < 0.3 and dpsgd.ranks_agree
     for name in ("dcd_psgd", "ecd_psgd", "choco_sgd"):
         result, _ = run(store, "higgs", {"name": name, **LR_SGD, "gamma": 1.0, "compression": {"name": "uint8"}})
         assert final_loss(result) == pytest.approx(final_loss(dpsgd), rel=0.01), name
-        assert abs(result["test_accuracy"] - dpsgd["test_accuracy"]) <= 0.01, name
+        assert abs(result.test_accuracy - dpsgd.test_accuracy) <= 0.01, name
         # 8-bit messages: a ring round sends a quarter of D-PSGD's float64 model, plus headers.
         assert (
-            result["workers"][1]["channel"]["bytes_sent_per_round"]
-            < dpsgd["workers"][1]["channel"]["bytes_sent_per_round"]
+            result.workers[1].channel.per_round.bytes_sent_per_round
+            < dpsgd.workers[1].channel.per_round.bytes_sent_per_round
         )

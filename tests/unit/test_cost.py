@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lambdaml.cost import channel_cost, job_cost, lambda_cost, price_table
+from lambdaml.cost import Invocation, channel_cost, job_cost, lambda_cost, price_table
 from lambdaml.errors import ConfigError
+from lambdaml.runtime.reports import Times, Traffic, WorkerRow, billed, total_traffic
 
 
 def test_price_table_names_its_source_and_date() -> None:
@@ -15,7 +16,7 @@ def test_price_table_names_its_source_and_date() -> None:
 
 
 def test_lambda_bills_duration_rounded_up_to_the_millisecond_times_memory() -> None:
-    cost = lambda_cost([{"duration_s": 1.0001, "memory_mb": 2048}, {"duration_s": 0.5, "memory_mb": 1024}], "us-east-1")
+    cost = lambda_cost([Invocation(1.0001, 2048), Invocation(0.5, 1024)], "us-east-1")
     assert cost["gb_seconds"] == pytest.approx(1.001 * 2 + 0.5)
     assert cost["dollars"] == pytest.approx(2.502 * 0.0000166667 + 2 * 0.0000002)
 
@@ -36,15 +37,20 @@ def test_a_cache_is_billed_per_node_hour_of_the_job() -> None:
     assert channel_cost("redis", {}, wall_s=1800, region="us-east-1")["dollars"] == pytest.approx(0.016)
 
 
+def _worker(rank: int, puts: float, duration_s: float) -> WorkerRow:
+    times = Times(load_s=0, compute_s=0, communicate_s=0, wait_s=0, total_s=duration_s)
+    channel = Traffic(puts=puts, gets=puts, requests=2 * puts, bytes_sent=0, bytes_received=0)
+    return WorkerRow(rank=rank, rows=1, times=times, channel=channel, billed=(Invocation(duration_s, 1024),))
+
+
 def test_job_cost_adds_workers_up_and_rejects_unknown_regions() -> None:
-    workers = [
-        {"channel": {"puts": 10, "gets": 10, "requests": 20}, "billed": [{"duration_s": 1, "memory_mb": 1024}]},
-        {"channel": {"puts": 5, "gets": 5, "requests": 10}, "billed": [{"duration_s": 2, "memory_mb": 1024}]},
-    ]
-    cost = job_cost("s3", workers, wall_s=3, region="us-east-1")
+    workers = [_worker(0, 10, 1.0), _worker(1, 5, 2.0)]
+    traffic, invocations = total_traffic(workers), billed(workers)
+    assert traffic == {"puts": 15, "gets": 15, "requests": 30, "bytes_sent": 0, "bytes_received": 0}
+    cost = job_cost("s3", traffic, invocations, wall_s=3, region="us-east-1")
     assert cost["lambda"]["invocations"] == 2
     assert cost["lambda"]["gb_seconds"] == pytest.approx(3.0)
     assert cost["channel"]["requests"] == 30
     assert cost["total_dollars"] == pytest.approx(cost["lambda"]["dollars"] + cost["channel"]["dollars"])
     with pytest.raises(ConfigError, match="no prices for region 'mars-1'; known: eu-west-1, us-east-1, us-west-2"):
-        job_cost("s3", workers, wall_s=3, region="mars-1")
+        job_cost("s3", traffic, invocations, wall_s=3, region="mars-1")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from lambdaml.data.sparse import CSRMatrix, require_dense
 from lambdaml.data.synthetic import RCV1_FEATURES, rcv1_like
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.linear import LinearSVM, LogisticRegression
+from lambdaml.runtime.reports import WorkerReport
 from tests.helpers import first_attempt, vouched_shard
 
 
@@ -305,11 +305,13 @@ def train_two_workers(store: MemoryChannel, dataset: str, model_name: str) -> tu
         "job",
     )
     channel = MemoryChannel()
-    reports: dict[int, dict[str, Any]] = {}
+    reports: dict[int, WorkerReport] = {}
     attempt = first_attempt(store, job, f"job-{dataset}")
 
     def work(rank: int) -> None:
-        reports[rank] = run_worker(job, attempt, rank, channel=channel, store=store)
+        report = run_worker(job, attempt, rank, channel=channel, store=store)
+        assert isinstance(report, WorkerReport)  # no deadline: it runs to the end
+        reports[rank] = report
 
     threads = [threading.Thread(target=work, args=(rank,)) for rank in range(2)]
     for thread in threads:
@@ -317,7 +319,7 @@ def train_two_workers(store: MemoryChannel, dataset: str, model_name: str) -> tu
     for thread in threads:
         thread.join(timeout=60)
     assert set(reports) == {0, 1}, "a worker failed"
-    return reports[0]["losses"], codec.decode_bundle(store.get(keys.job_model(f"job-{dataset}")))["params"]
+    return list(reports[0].losses), codec.decode_bundle(store.get(keys.job_model(f"job-{dataset}")))["params"]
 
 
 @pytest.mark.parametrize("model_name", ["lr", "svm"])
