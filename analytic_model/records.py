@@ -101,7 +101,8 @@ class Reader:
         unknown = sorted(set(data) - _names(cls))
         if unknown:
             raise ConfigError(f"profile {path or 'file'}: unknown field {unknown[0]!r}")
-        return self._build(cls, data, path, given)
+        built: R = self._build(cls, data, path, given)
+        return built
 
     def _build(self, cls: Any, data: Mapping[str, Any], path: str, given: dict[str, Any]) -> Any:
         hints = _hints(cls)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import CodecError
 
 MAGIC = b"LMLT"
@@ -30,7 +32,7 @@ _ENTRY = struct.Struct("<HxxxxxxQ")  # name length, tensor length
 MAX_NDIM = 8
 _MAX_BYTES = 2**63 - 1  # numpy's limit on an array's size in bytes
 
-_DTYPES: dict[int, np.dtype] = {
+_DTYPES: dict[int, np.dtype[Any]] = {
     1: np.dtype("<f4"),
     2: np.dtype("<f8"),
     3: np.dtype("<f2"),
@@ -49,7 +51,7 @@ def _pad8(n: int) -> int:
     return (-n) % 8
 
 
-def encode(array: np.ndarray) -> bytes:
+def encode(array: Array) -> bytes:
     """Encode one array (any supported dtype, at most 8 dimensions)."""
     arr = np.asarray(array)
     dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -71,10 +73,10 @@ def encode(array: np.ndarray) -> bytes:
 def decode(
     data: bytes | bytearray | memoryview,
     *,
-    dtype: np.dtype | type | str | None = None,
+    dtype: np.dtype[Any] | type | str | None = None,
     shape: tuple[int, ...] | None = None,
     what: str = "value",
-) -> np.ndarray:
+) -> Array:
     """Decode and verify one array; ``dtype``/``shape`` reject a value of the wrong kind.
 
     The returned array is read-only and shares memory with ``data``.
@@ -119,7 +121,7 @@ def decode(
     return array
 
 
-def encode_bundle(arrays: Mapping[str, np.ndarray]) -> bytes:
+def encode_bundle(arrays: Mapping[str, Array]) -> bytes:
     """Encode named arrays into one value (a data shard, a model's parameters)."""
     parts: list[bytes] = []
     table_crc = 0
@@ -133,7 +135,7 @@ def encode_bundle(arrays: Mapping[str, np.ndarray]) -> bytes:
     return _BUNDLE_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), table_crc) + b"".join(parts)
 
 
-def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, np.ndarray]:
+def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, Array]:
     """Decode and verify every array of a bundle (zero-copy)."""
     view = memoryview(data).cast("B")
     if len(view) < _BUNDLE_HEADER.size:
@@ -144,7 +146,7 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
     if version != VERSION:
         raise CodecError(f"{what} has bundle format version {version}; this build reads {VERSION}")
     offset = _BUNDLE_HEADER.size
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Array] = {}
     crc = 0
     entries: list[tuple[str, memoryview]] = []
     for _ in range(count):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.registry import Registry
 
 if TYPE_CHECKING:
@@ -22,13 +23,13 @@ class Optimizer(ABC):
         self.lr = lr
 
     @abstractmethod
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+    def step(self, params: Array, grad: Array) -> None:
         """Update ``params`` in place from the (averaged) gradient."""
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         """Restore what ``state_dict`` returned."""
 
     def reset(self) -> None:
@@ -36,7 +37,7 @@ class Optimizer(ABC):
 
 
 class SGD(Optimizer):
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+    def step(self, params: Array, grad: Array) -> None:
         params -= self.lr * grad
 
 
@@ -46,19 +47,19 @@ class Momentum(Optimizer):
     def __init__(self, lr: float, momentum: float = 0.9) -> None:
         super().__init__(lr)
         self.momentum = momentum
-        self.velocity: np.ndarray | None = None
+        self.velocity: Array | None = None
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+    def step(self, params: Array, grad: Array) -> None:
         if self.velocity is None:
             self.velocity = np.zeros_like(params)
         self.velocity *= self.momentum
         self.velocity += grad
         params -= self.lr * self.velocity
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {} if self.velocity is None else {"velocity": self.velocity.copy()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         self.velocity = np.array(state["velocity"]) if "velocity" in state else None
 
     def reset(self) -> None:
@@ -71,11 +72,11 @@ class Adam(Optimizer):
     def __init__(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
         super().__init__(lr)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
-        self.m: np.ndarray | None = None
-        self.v: np.ndarray | None = None
+        self.m: Array | None = None
+        self.v: Array | None = None
         self.t = 0
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+    def step(self, params: Array, grad: Array) -> None:
         if self.m is None or self.v is None:
             self.m, self.v = np.zeros_like(params), np.zeros_like(params)
         self.t += 1
@@ -85,12 +86,12 @@ class Adam(Optimizer):
         v_hat = self.v / (1 - self.beta2**self.t)
         params -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         if self.m is None or self.v is None:
             return {"t": np.array(self.t)}
         return {"m": self.m.copy(), "v": self.v.copy(), "t": np.array(self.t)}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         self.m = np.array(state["m"]) if "m" in state else None
         self.v = np.array(state["v"]) if "v" in state else None
         self.t = int(state["t"])

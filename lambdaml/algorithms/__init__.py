@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.registry import Registry
 from lambdaml.sync import open_protocol
 
@@ -20,7 +19,7 @@ ALGORITHMS: Registry[type[AlgorithmState]] = Registry.of("algorithm", catalogue.
 
 
 def reify(
-    spec: AlgorithmSpec, model: Model, comm: Communicator, params: np.ndarray, sync: SyncSpec | None = None
+    spec: AlgorithmSpec, model: Model, comm: Communicator, params: Array, sync: SyncSpec | None = None
 ) -> AlgorithmState:
     """Build the runtime state of the algorithm a spec names, under the sync protocol asked for (BSP if none)."""
     cls = ALGORITHMS.get(spec.name)

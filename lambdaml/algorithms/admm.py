@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 
 
@@ -21,7 +22,7 @@ class ADMM(AlgorithmState):
         self.z = self.params.copy()
         self.u = np.zeros_like(self.params)
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         self._local_step(X, y, extra_grad=self.spec.rho * (self.params - self.z + self.u))
 
     def end_epoch(self, epoch: int) -> float:
@@ -40,12 +41,12 @@ class ADMM(AlgorithmState):
         self.u += self.params - self.z
         return loss
 
-    def final_params(self) -> np.ndarray:
+    def final_params(self) -> Array:
         return self.z
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {**super().state_dict(), "z": self.z.copy(), "u": self.u.copy()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
         self.z, self.u = np.array(state["z"]), np.array(state["u"])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 from lambdaml.optim import make_optimizer
 from lambdaml.sync.base import mean_loss
@@ -47,7 +48,7 @@ class AlgorithmState(ABC):
         spec: AlgorithmSpec,
         model: Model,
         comm: Communicator,
-        params: np.ndarray,
+        params: Array,
         sync: SyncProtocol,
     ) -> None:
         self.spec = spec
@@ -60,11 +61,11 @@ class AlgorithmState(ABC):
         self._loss_sum = 0.0
         self._count = 0.0
 
-    def on_start(self, X: Features, y: np.ndarray) -> None:
+    def on_start(self, X: Features, y: Array) -> None:
         """Called once with this worker's whole shard, before the first step."""
 
     @abstractmethod
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         """Train on one batch (possibly empty when this worker's shard ran out)."""
 
     def end_epoch(self, epoch: int) -> float:
@@ -75,7 +76,7 @@ class AlgorithmState(ABC):
         """After the last epoch: the protocol's last word (ASP merges what is outstanding)."""
         self.params = self.sync.finish(self.params)
 
-    def final_params(self) -> np.ndarray:
+    def final_params(self) -> Array:
         """The model this worker ends with (ADMM's is the consensus variable)."""
         return self.params
 
@@ -84,7 +85,7 @@ class AlgorithmState(ABC):
         self._loss_sum = self._count = 0.0
         return loss
 
-    def _gradient(self, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def _gradient(self, X: Features, y: Array) -> tuple[float, Array]:
         """Loss and gradient *sums* of a batch, timed as compute."""
         started = time.perf_counter()
         if len(y) or self.model.gradients_summed_across_workers:
@@ -94,7 +95,7 @@ class AlgorithmState(ABC):
         self.compute_s += time.perf_counter() - started
         return loss, grad
 
-    def _local_step(self, X: Features, y: np.ndarray, extra_grad: np.ndarray | None = None) -> None:
+    def _local_step(self, X: Features, y: Array, extra_grad: Array | None = None) -> None:
         """One optimizer step on this worker's batch alone (MA-SGD, ADMM)."""
         loss, grad = self._gradient(X, y)
         self._loss_sum += loss
@@ -108,14 +109,14 @@ class AlgorithmState(ABC):
         self.optimizer.step(self.params, direction)
         self.compute_s += time.perf_counter() - started
 
-    def _sum_epoch(self, vector: np.ndarray) -> tuple[np.ndarray, float]:
+    def _sum_epoch(self, vector: Array) -> tuple[Array, float]:
         """The sum over workers of ``vector`` and the epoch's mean loss, in one collective; resets the tally."""
         stats = np.array([self._count, self._loss_sum], dtype=vector.dtype)
         summed, (count, loss_sum) = self.sync.sum_with(vector, stats)
         self._loss_sum = self._count = 0.0
         return summed, mean_loss(float(loss_sum), float(count))
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         """Everything a continued run needs to go on exactly where this one stopped."""
         optimizer = {f"optimizer.{k}": v for k, v in self.optimizer.state_dict().items()}
         prefix = self.sync.checkpoint_prefix
@@ -123,13 +124,13 @@ class AlgorithmState(ABC):
         epoch_stats = np.array([self._loss_sum, self._count])
         return {"params": self.params.copy(), "epoch_stats": epoch_stats, **optimizer, **sync}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         self.params = np.array(state["params"])
         self._loss_sum, self._count = (float(v) for v in state["epoch_stats"])
         self.optimizer.load_state_dict(substate(state, "optimizer."))
         self.sync.load_state_dict(substate(state, self.sync.checkpoint_prefix))
 
 
-def substate(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+def substate(state: dict[str, Array], prefix: str) -> dict[str, Array]:
     """The entries of ``state`` under ``prefix``, with the prefix removed."""
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}

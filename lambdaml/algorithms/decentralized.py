@@ -22,6 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState, CompressionUse, substate
+from lambdaml.arrays import Array
 from lambdaml.comm.ring import ring_weight
 from lambdaml.compression import Compressor, Payload, make_compressor, roundtrip
 from lambdaml.compression.compressors import Identity
@@ -47,35 +48,35 @@ class RingAlgorithm(AlgorithmState):
         self.compressor: Compressor = Identity() if compression is None else make_compressor(compression)
         self.t = 0  # steps taken
 
-    def _local_gradient(self, X: Features, y: np.ndarray) -> np.ndarray:
+    def _local_gradient(self, X: Features, y: Array) -> Array:
         """This worker's mean gradient at its own model (the regularizer's alone on an empty batch)."""
         loss, grad = self._gradient(X, y)
         self._loss_sum += loss
         self._count += len(y)
         return (grad / len(y) if len(y) else grad) + self.model.regularizer_grad(self.params)
 
-    def _compress(self, x: np.ndarray) -> tuple[Payload, np.ndarray]:
+    def _compress(self, x: Array) -> tuple[Payload, Array]:
         """The message for ``x`` and what the neighbours will decompress from it."""
         rng = np.random.default_rng([self.spec.seed, self.comm.rank, self.t]) if self.compressor.stochastic else None
         return roundtrip(self.compressor, x, rng)
 
-    def _received(self, messages: Mapping[int, Payload]) -> dict[int, np.ndarray]:
+    def _received(self, messages: Mapping[int, Payload]) -> dict[int, Array]:
         return {j: self.compressor.decompress(m, self.params.size) for j, m in messages.items()}
 
-    def _mix(self, own: np.ndarray, neighbours: Mapping[int, np.ndarray]) -> np.ndarray:
+    def _mix(self, own: Array, neighbours: Mapping[int, Array]) -> Array:
         """mean(x_{i-1}, x_i, x_{i+1}): ``own`` and the neighbours' vectors, summed in rank order."""
         total = np.array(own)
         for j in sorted(neighbours):
             total += neighbours[j]
         return total / (1 + len(neighbours))
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         grad = self._local_gradient(X, y)
         self.t += 1
         self._ring_step(grad)
 
     @abstractmethod
-    def _ring_step(self, grad: np.ndarray) -> None:
+    def _ring_step(self, grad: Array) -> None:
         """One exchange with the neighbours and the model update, given this worker's gradient."""
 
     def end_epoch(self, epoch: int) -> float:
@@ -83,15 +84,15 @@ class RingAlgorithm(AlgorithmState):
         self._loss_sum = self._count = 0.0
         return mean_loss(loss_sum, count)
 
-    def _copies(self) -> dict[str, np.ndarray]:
+    def _copies(self) -> dict[str, Array]:
         """Per-neighbour (or own) vectors that are state: replicas, estimates, public copies."""
         return {}
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         copies = {f"copy.{name}": v.copy() for name, v in self._copies().items()}
         return {**super().state_dict(), "t": np.array(self.t), **copies}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
         self.t = int(state["t"])
         copies = self._copies()
@@ -104,7 +105,7 @@ class DPSGD(RingAlgorithm):
 
     compression = "none"
 
-    def _ring_step(self, grad: np.ndarray) -> None:
+    def _ring_step(self, grad: Array) -> None:
         message, _ = self._compress(self.params)  # the identity: no compression is configured
         neighbours = self._received(self.ring.exchange(message))
         self.params = self._mix(self.params, neighbours) - self.spec.lr * grad
@@ -123,7 +124,7 @@ class DCDPSGD(RingAlgorithm):
         super().__init__(*args, **kwargs)
         self.replicas = {j: self.params.copy() for j in self.ring.neighbours}  # all start from the same init
 
-    def _ring_step(self, grad: np.ndarray) -> None:
+    def _ring_step(self, grad: Array) -> None:
         target = self._mix(self.params, self.replicas) - self.spec.lr * grad
         message, q = self._compress(target - self.params)
         received = self._received(self.ring.exchange(message))
@@ -131,7 +132,7 @@ class DCDPSGD(RingAlgorithm):
         for j, q_j in received.items():
             self.replicas[j] += q_j
 
-    def _copies(self) -> dict[str, np.ndarray]:
+    def _copies(self) -> dict[str, Array]:
         return {f"replica.{j}": v for j, v in self.replicas.items()}
 
 
@@ -148,7 +149,7 @@ class ECDPSGD(RingAlgorithm):
         super().__init__(*args, **kwargs)
         self.estimates = {j: self.params.copy() for j in self.ring.neighbours}
 
-    def _ring_step(self, grad: np.ndarray) -> None:
+    def _ring_step(self, grad: Array) -> None:
         t = self.t
         following = self._mix(self.params, self.estimates) - self.spec.lr * grad
         message, _ = self._compress((1 - t / 2) * self.params + (t / 2) * following)
@@ -157,7 +158,7 @@ class ECDPSGD(RingAlgorithm):
             self.estimates[j] = (1 - 2 / t) * self.estimates[j] + (2 / t) * z_j
         self.params = following
 
-    def _copies(self) -> dict[str, np.ndarray]:
+    def _copies(self) -> dict[str, Array]:
         return {f"estimate.{j}": v for j, v in self.estimates.items()}
 
 
@@ -174,7 +175,7 @@ class CHOCOSGD(RingAlgorithm):
         self.public = np.zeros_like(self.params)  # my x_hat, as my neighbours hold it
         self.copies = {j: np.zeros_like(self.params) for j in self.ring.neighbours}
 
-    def _ring_step(self, grad: np.ndarray) -> None:
+    def _ring_step(self, grad: Array) -> None:
         x = self.params - self.spec.lr * grad
         if self.copies:
             gossip = np.zeros_like(x)
@@ -188,5 +189,5 @@ class CHOCOSGD(RingAlgorithm):
             self.copies[j] += q_j
         self.params = x
 
-    def _copies(self) -> dict[str, np.ndarray]:
+    def _copies(self) -> dict[str, Array]:
         return {"public": self.public, **{f"copy.{j}": v for j, v in self.copies.items()}}

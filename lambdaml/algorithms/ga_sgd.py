@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 
 
@@ -24,7 +25,7 @@ class GASGD(AlgorithmState):
     reduces_gradients = True
     compression = "optional"
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         loss, grad = self._gradient(X, y)
         with self.sync.sharing(self.params):  # ASP: the step taken here goes to the others
             if self.model.gradients_summed_across_workers:  # DDP summed the gradient during backward

@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
 from lambdaml.models.kmeans import KMeansModel, initial_centroids
 
@@ -19,7 +20,7 @@ class KMeans(AlgorithmState):
     reduction shares them. A cluster that loses every point keeps its centroid.
     """
 
-    def on_start(self, X: Features, y: np.ndarray) -> None:
+    def on_start(self, X: Features, y: Array) -> None:
         X = require_dense(X, type(self).__name__)
         assert isinstance(self.model, KMeansModel)
         mine = initial_centroids(X, self.model.k, self.spec.seed) if self.comm.rank == 0 else None
@@ -28,10 +29,10 @@ class KMeans(AlgorithmState):
 
     def _reset(self) -> None:
         assert isinstance(self.model, KMeansModel)
-        self._sums = np.zeros((self.model.k, self.model.n_features))
-        self._counts = np.zeros(self.model.k)
+        self._sums: Array = np.zeros((self.model.k, self.model.n_features))
+        self._counts: Array = np.zeros(self.model.k)
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         X = require_dense(X, type(self).__name__)
         assert isinstance(self.model, KMeansModel)
         started = time.perf_counter()
@@ -55,9 +56,9 @@ class KMeans(AlgorithmState):
         self._reset()
         return inertia
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {**super().state_dict(), "sums": self._sums.copy(), "counts": self._counts.copy()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
         self._sums, self._counts = np.array(state["sums"]), np.array(state["counts"])

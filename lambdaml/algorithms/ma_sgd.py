@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 
 
@@ -25,7 +26,7 @@ class MASGD(AlgorithmState):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._base = self.params.copy()  # the global model this worker's local run started from
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         self._local_step(X, y)
 
     def end_epoch(self, epoch: int) -> float:
@@ -37,9 +38,9 @@ class MASGD(AlgorithmState):
         self._loss_sum = self._count = 0.0
         return loss
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {**super().state_dict(), "base": self._base.copy()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
         self._base = np.array(state["base"])

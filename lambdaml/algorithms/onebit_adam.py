@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from lambdaml.algorithms.base import AlgorithmState
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 from lambdaml.optim import Adam
 
@@ -31,15 +32,15 @@ class OneBitAdam(AlgorithmState):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.optimizer = self.adam = Adam(self.spec.lr)
-        self.frozen_v: np.ndarray | None = None  # set when the warm-up ends
+        self.frozen_v: Array | None = None  # set when the warm-up ends
 
     @property
-    def keep(self) -> np.ndarray:
+    def keep(self) -> Array:
         """The coordinates whose momentum is averaged (the mask's complement)."""
         assert self.frozen_v is not None
         return self.frozen_v > 0
 
-    def step(self, X: Features, y: np.ndarray) -> None:
+    def step(self, X: Features, y: Array) -> None:
         loss, grad = self._gradient(X, y)
         stats = np.array([len(y), loss], dtype=grad.dtype)
         if self.frozen_v is None:
@@ -62,7 +63,7 @@ class OneBitAdam(AlgorithmState):
         self.params -= self.spec.lr * adam.m / (np.sqrt(self.frozen_v) + adam.eps)
         self.compute_s += time.perf_counter() - started
 
-    def _warmup_step(self, grad: np.ndarray, stats: np.ndarray) -> None:
+    def _warmup_step(self, grad: Array, stats: Array) -> None:
         reduced = self.sync.sum(np.concatenate([grad, stats]))  # exact: Adam's variance is not compressed
         count, loss_sum = reduced[-2], reduced[-1]
         self._count += count
@@ -76,10 +77,10 @@ class OneBitAdam(AlgorithmState):
             self.frozen_v = self.adam.v / (1 - self.adam.beta2**self.adam.t)
         self.compute_s += time.perf_counter() - started
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         frozen = {} if self.frozen_v is None else {"frozen_v": self.frozen_v.copy()}
         return {**super().state_dict(), **frozen}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
         self.frozen_v = np.array(state["frozen_v"]) if "frozen_v" in state else None

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from analytic_model.profile import MeasuredCompute, aws_profile, compute_key
+from lambdaml.arrays import Array
 from lambdaml.calibrate.probing import median_time, value
 from lambdaml.channels import open_channel
 from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec
@@ -28,7 +29,7 @@ class ComputeProbe:
     rows: int = 4000
 
 
-def _probe_data(probe: ComputeProbe) -> tuple[Any, np.ndarray, dict[str, Any]]:
+def _probe_data(probe: ComputeProbe) -> tuple[Any, Array, dict[str, Any]]:
     from lambdaml.data import synthetic
 
     if probe.model in _IMAGE_MODELS:

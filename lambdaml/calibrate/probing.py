@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import LambdaMLError
 
 SMALL_FLOATS = 8  # a small value: 8 float64 (96 bytes on the wire)
@@ -51,7 +52,7 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def value(n_floats: int, seed: int = 0) -> np.ndarray:
+def value(n_floats: int, seed: int = 0) -> Array:
     return np.random.default_rng(seed).standard_normal(n_floats)
 
 

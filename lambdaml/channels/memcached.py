@@ -70,7 +70,7 @@ def authenticate(sock: socket.socket, login: credentials.Credentials, endpoint: 
         )
 
 
-class _AuthenticatingClient(Client):
+class _AuthenticatingClient(Client):  # type: ignore[misc]  # pymemcache ships no types
     """A pymemcache client that logs every new connection in before its first command."""
 
     login: credentials.Credentials | None = None
@@ -85,7 +85,7 @@ class _AuthenticatingClient(Client):
                 raise
 
 
-class _AuthenticatingPool(PooledClient):
+class _AuthenticatingPool(PooledClient):  # type: ignore[misc]
     client_class = _AuthenticatingClient
 
     def __init__(self, *args: Any, login: credentials.Credentials | None, **kwargs: Any) -> None:

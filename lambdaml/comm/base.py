@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import Diverged
 
 if TYPE_CHECKING:
@@ -16,12 +17,12 @@ if TYPE_CHECKING:
 ReduceOp = Literal["sum", "mean"]
 
 
-def all_finite(x: np.ndarray) -> bool:
+def all_finite(x: Array) -> bool:
     """Whether ``x`` holds no NaN or infinity: one sum, and an exact look only when the sum is not finite."""
     return bool(np.isfinite(np.sum(x))) or bool(np.isfinite(x).all())
 
 
-def check_finite(x: np.ndarray, rank: int, what: str) -> None:
+def check_finite(x: Array, rank: int, what: str) -> None:
     """Stop a diverged worker before a non-finite value leaves it (channel, checkpoint or model)."""
     if not all_finite(x):
         raise Diverged(
@@ -46,7 +47,7 @@ class Communicator(ABC):
         self.round = 0  # collectives issued so far (a checkpoint records it)
 
     @abstractmethod
-    def _allreduce(self, x: np.ndarray) -> np.ndarray:
+    def _allreduce(self, x: Array) -> Array:
         """Sum of ``x`` over all ranks, identical on every rank."""
 
     @abstractmethod
@@ -56,7 +57,7 @@ class Communicator(ABC):
     @abstractmethod
     def wait_s(self) -> float: ...
 
-    def allreduce(self, x: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
+    def allreduce(self, x: Array, op: ReduceOp = "sum") -> Array:
         check_finite(x, self.rank, "update")
         started = time.perf_counter()
         try:

@@ -9,9 +9,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
 from lambdaml import keys
+from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.channels.sealed import SealedChannel
 from lambdaml.comm import PATTERNS
@@ -70,10 +69,10 @@ class ChannelCommunicator(Communicator):
     def wait_s(self) -> float:
         return self.channel.stats.wait_s
 
-    def _allreduce(self, x: np.ndarray) -> np.ndarray:
+    def _allreduce(self, x: Array) -> Array:
         return self.pattern.allreduce(self._open_round(), x, PLAIN)  # Communicator.allreduce times it
 
-    def allreduce_with(self, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+    def allreduce_with(self, x: Array, codec: ChunkCodec) -> Array:
         """The pattern's allreduce of ``x`` (W > 1) with ``codec`` putting pieces on the wire (compression)."""
         with self.collective() as round_:
             return self.pattern.allreduce(round_, x, codec)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from lambdaml import codec
+from lambdaml.arrays import Array
 from lambdaml.comm.base import Communicator
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.patterns import chunk_bounds, rank_order_sum
@@ -51,9 +52,7 @@ class CompressedAllreduce:
         self.sent = [ErrorFeedback(error_feedback) for _ in range(self.parts)]  # my piece of each chunk
         self.merged = [ErrorFeedback(error_feedback) for _ in range(self.parts)]  # chunks I reduce
 
-    def allreduce(
-        self, comm: Communicator, x: np.ndarray, exact: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def allreduce(self, comm: Communicator, x: Array, exact: Array | None = None) -> tuple[Array, Array | None]:
         """Sum over ranks of ``x`` (compressed) and of ``exact`` (not), identical on every rank."""
         flat = np.ascontiguousarray(x).reshape(-1)
         extras = None if exact is None else np.ascontiguousarray(exact, dtype=flat.dtype).reshape(-1)
@@ -69,11 +68,11 @@ class CompressedAllreduce:
         summed = comm.allreduce_with(flat, call)
         return np.asarray(summed, dtype=flat.dtype), call.exact_sum
 
-    def compress_piece(self, chunk: int, values: np.ndarray, call: int) -> tuple[Payload, np.ndarray]:
+    def compress_piece(self, chunk: int, values: Array, call: int) -> tuple[Payload, Array]:
         """My piece of ``chunk``, compressed with my memory of it: the payload and what it decodes to."""
         return self.sent[chunk].compress(self.compressor, values, self._rng(_WORKER, self.rank, call))
 
-    def compress_merged(self, chunk: int, total: np.ndarray, call: int) -> tuple[Payload, np.ndarray]:
+    def compress_merged(self, chunk: int, total: Array, call: int) -> tuple[Payload, Array]:
         """The merged ``chunk``, compressed with its owner's memory (chunk j's owner is rank j)."""
         return self.merged[chunk].compress(self.compressor, total, self._rng(_OWNER, chunk, call))
 
@@ -82,9 +81,7 @@ class CompressedAllreduce:
             return None
         return np.random.default_rng([self.seed, role, who, call])
 
-    def _over_allreduce(
-        self, comm: Communicator, flat: np.ndarray, call: _CompressingCodec
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def _over_allreduce(self, comm: Communicator, flat: Array, call: _CompressingCodec) -> tuple[Array, Array | None]:
         """The same arithmetic on a plain allreduce: every rank owns (and compresses) every chunk."""
         bounds = chunk_bounds(flat.size, self.parts)
         extras = call.exact
@@ -98,14 +95,14 @@ class CompressedAllreduce:
             _, out[lo:hi] = self.compress_merged(j, summed[lo:hi], call.number)
         return out, None if extras is None else summed[flat.size : flat.size + n_extras]
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        state: dict[str, np.ndarray] = {"calls": np.array(self.calls)}
+    def state_dict(self) -> dict[str, Array]:
+        state: dict[str, Array] = {"calls": np.array(self.calls)}
         for side, memories in (("sent", self.sent), ("merged", self.merged)):
             for j, ef in enumerate(memories):
                 state.update({f"{side}.{j}.{k}": v for k, v in ef.state_dict().items()})
         return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         self.calls = int(state["calls"])
         for side, memories in (("sent", self.sent), ("merged", self.merged)):
             for j, ef in enumerate(memories):
@@ -117,42 +114,42 @@ class _CompressingCodec:
     """The ``ChunkCodec`` of one compressed call: compressed pieces and merged chunks, and the
     exact extras riding in chunk 0 (the owner of chunk 0 sums them in rank order)."""
 
-    def __init__(self, state: CompressedAllreduce, number: int, exact: np.ndarray | None) -> None:
+    def __init__(self, state: CompressedAllreduce, number: int, exact: Array | None) -> None:
         self.state = state
         self.number = number  # which call of ``state`` this is: it keys the random streams
         self.exact = exact
-        self.exact_pieces: dict[int, np.ndarray] = {}  # chunk 0's owner: each rank's extras
-        self.exact_sum: np.ndarray | None = None
+        self.exact_pieces: dict[int, Array] = {}  # chunk 0's owner: each rank's extras
+        self.exact_sum: Array | None = None
 
-    def encode_piece(self, chunk: int, values: np.ndarray) -> bytes:
+    def encode_piece(self, chunk: int, values: Array) -> bytes:
         payload, _ = self.state.compress_piece(chunk, values, self.number)
         return _bundle(payload, self.exact if chunk == 0 else None)
 
-    def own_piece(self, chunk: int, values: np.ndarray) -> np.ndarray:
+    def own_piece(self, chunk: int, values: Array) -> Array:
         _, q = self.state.compress_piece(chunk, values, self.number)
         if chunk == 0 and self.exact is not None:
             self.exact_pieces[self.state.rank] = self.exact
         return q
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
         value, extra = self._unbundle(raw, like.size, chunk, what)
         if chunk == 0 and extra is not None:
             self.exact_pieces[sender] = extra
         return value
 
-    def encode_merged(self, chunk: int, total: np.ndarray) -> tuple[bytes, np.ndarray]:
+    def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
         payload, q = self.state.compress_merged(chunk, total, self.number)
         if chunk == 0 and self.exact is not None:
             self.exact_sum = rank_order_sum(self.exact_pieces[r] for r in range(self.state.world))
         return _bundle(payload, self.exact_sum if chunk == 0 else None), q
 
-    def decode_merged(self, chunk: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
         value, extra = self._unbundle(raw, like.size, chunk, what)
         if chunk == 0:
             self.exact_sum = extra
         return value
 
-    def _unbundle(self, raw: bytes, size: int, chunk: int, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+    def _unbundle(self, raw: bytes, size: int, chunk: int, what: str) -> tuple[Array, Array | None]:
         payload = dict(codec.decode_bundle(raw, what=what))
         extra = payload.pop(_EXACT, None)
         extras = self.exact if chunk == 0 else None
@@ -161,5 +158,5 @@ class _CompressingCodec:
         return self.state.compressor.decompress(payload, size), extra
 
 
-def _bundle(payload: Payload, extras: np.ndarray | None) -> bytes:
+def _bundle(payload: Payload, extras: Array | None) -> bytes:
     return codec.encode_bundle(payload if extras is None else {**payload, _EXACT: extras})

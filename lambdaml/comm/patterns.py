@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from lambdaml import codec
+from lambdaml.arrays import Array
 from lambdaml.comm.rounds import Round
 
 
@@ -35,7 +36,7 @@ def chunk_bounds(size: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def rank_order_sum(values: Iterable[np.ndarray]) -> np.ndarray:
+def rank_order_sum(values: Iterable[Array]) -> Array:
     """The left fold ``v0 + v1 + ...`` of at least two arrays, as a new array (the inputs are untouched)."""
     it = iter(values)
     total = np.add(next(it), next(it))  # one pass instead of copy-then-add
@@ -54,38 +55,38 @@ class ChunkCodec(Protocol):
     Decoded values are only read (they may share memory with the raw bytes).
     """
 
-    def encode_piece(self, chunk: int, values: np.ndarray) -> bytes:
+    def encode_piece(self, chunk: int, values: Array) -> bytes:
         """The wire value of my piece of ``chunk``, for its owner."""
 
-    def own_piece(self, chunk: int, values: np.ndarray) -> np.ndarray:
+    def own_piece(self, chunk: int, values: Array) -> Array:
         """My piece of the chunk I own, as the sum counts it (what its wire value would decode to)."""
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
         """``sender``'s piece of the chunk I own."""
 
-    def encode_merged(self, chunk: int, total: np.ndarray) -> tuple[bytes, np.ndarray]:
+    def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
         """The wire value of the merged chunk I own, and the values every rank reads from it."""
 
-    def decode_merged(self, chunk: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
         """A merged chunk another rank owns."""
 
 
 class PlainCodec:
     """Values travel as they are, as codec tensors: the collective of an uncompressed job."""
 
-    def encode_piece(self, chunk: int, values: np.ndarray) -> bytes:
+    def encode_piece(self, chunk: int, values: Array) -> bytes:
         return codec.encode(values)
 
-    def own_piece(self, chunk: int, values: np.ndarray) -> np.ndarray:
+    def own_piece(self, chunk: int, values: Array) -> Array:
         return values
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
-    def encode_merged(self, chunk: int, total: np.ndarray) -> tuple[bytes, np.ndarray]:
+    def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
         return codec.encode(total), total
 
-    def decode_merged(self, chunk: int, raw: bytes, like: np.ndarray, what: str) -> np.ndarray:
+    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
 
@@ -100,7 +101,7 @@ class Pattern(ABC):
         """How many chunks it cuts a vector into, chunk j owned by rank j (a compressor keeps memory per chunk)."""
 
     @abstractmethod
-    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+    def allreduce(self, round_: Round, x: Array, codec: ChunkCodec) -> Array:
         """The sum of ``x`` over the round's W > 1 ranks, identical on every rank and owned by the caller."""
 
 
@@ -118,7 +119,7 @@ class AllReduce(Pattern):
     def chunks(self, world: int) -> int:
         return 1
 
-    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+    def allreduce(self, round_: Round, x: Array, codec: ChunkCodec) -> Array:
         merged_key = round_.key(self.tag, rank=None)
         if round_.rank != 0:
             round_.put(round_.key(self.tag, rank=round_.rank), codec.encode_piece(0, x))
@@ -155,7 +156,7 @@ class ScatterReduce(Pattern):
     def chunks(self, world: int) -> int:
         return world
 
-    def allreduce(self, round_: Round, x: np.ndarray, codec: ChunkCodec) -> np.ndarray:
+    def allreduce(self, round_: Round, x: Array, codec: ChunkCodec) -> Array:
         world, rank, number = round_.world_size, round_.rank, round_.number
         flat = np.ascontiguousarray(x).reshape(-1)
         bounds = chunk_bounds(flat.size, world)

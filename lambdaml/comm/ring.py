@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from lambdaml import codec
+from lambdaml.arrays import Array
 from lambdaml.comm.channel import ChannelCommunicator
 
 
@@ -34,7 +33,7 @@ class RingExchange:
         self.comm = comm
         self.neighbours = ring_neighbours(comm.rank, comm.world_size)
 
-    def exchange(self, message: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+    def exchange(self, message: Mapping[str, Array]) -> dict[int, dict[str, Array]]:
         """Send ``message`` to my neighbours and return theirs, by rank (empty when alone)."""
         if not self.neighbours:
             return {}

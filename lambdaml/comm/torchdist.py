@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from lambdaml.arrays import Array
 from lambdaml.comm.base import Communicator
 from lambdaml.errors import SyncTimeout, WorkerError
 
@@ -55,7 +56,7 @@ class TorchDistCommunicator(Communicator):
     def wait_s(self) -> float:
         return 0.0
 
-    def _allreduce(self, x: np.ndarray) -> np.ndarray:
+    def _allreduce(self, x: Array) -> Array:
         self.round += 1
         tensor = torch.from_numpy(np.array(x, copy=True))  # gloo reduces in place; x stays the caller's
         try:

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import CodecError
 
 if TYPE_CHECKING:
     from lambdaml.config import CompressionSpec
 
 #: What a compressor sends: named arrays, encoded on the wire as one codec bundle.
-Payload = dict[str, np.ndarray]
+Payload = dict[str, Array]
 
 _PACK_WIDTH = 16  # bit packing handles codes of up to 16 bits
 
@@ -34,17 +35,15 @@ class Compressor(ABC):
         return cls()
 
     @abstractmethod
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         """Compress a flat float vector."""
 
     @abstractmethod
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         """The vector of ``size`` elements that ``payload`` stands for (a new, writable array)."""
 
 
-def roundtrip(
-    compressor: Compressor, x: np.ndarray, rng: np.random.Generator | None = None
-) -> tuple[Payload, np.ndarray]:
+def roundtrip(compressor: Compressor, x: Array, rng: np.random.Generator | None = None) -> tuple[Payload, Array]:
     """The payload for ``x`` and what every receiver will decompress from it."""
     payload = compressor.compress(x, rng)
     return payload, compressor.decompress(payload, x.size)
@@ -59,28 +58,28 @@ class ErrorFeedback:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.memory: np.ndarray | None = None
+        self.memory: Array | None = None
 
     def compress(
-        self, compressor: Compressor, x: np.ndarray, rng: np.random.Generator | None = None
-    ) -> tuple[Payload, np.ndarray]:
+        self, compressor: Compressor, x: Array, rng: np.random.Generator | None = None
+    ) -> tuple[Payload, Array]:
         p = x if self.memory is None else x + self.memory
         payload, q = roundtrip(compressor, p, rng)
         if self.enabled:
             self.memory = p - q
         return payload, q
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {} if self.memory is None else {"memory": self.memory.copy()}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         self.memory = np.array(state["memory"]) if "memory" in state else None
 
 
 # --- helpers for the compressors ------------------------------------------------------
 
 
-def entry(payload: Mapping[str, np.ndarray], name: str, *, length: int | None = None) -> np.ndarray:
+def entry(payload: Mapping[str, Array], name: str, *, length: int | None = None) -> Array:
     """A payload's array ``name`` (1-d, of ``length`` elements if given), or a CodecError."""
     try:
         array = payload[name]
@@ -91,7 +90,7 @@ def entry(payload: Mapping[str, np.ndarray], name: str, *, length: int | None = 
     return array
 
 
-def float_entry(payload: Mapping[str, np.ndarray], name: str, *, length: int | None = None) -> np.ndarray:
+def float_entry(payload: Mapping[str, Array], name: str, *, length: int | None = None) -> Array:
     array = entry(payload, name, length=length)
     if array.dtype.kind != "f":
         raise CodecError(f"compressed value's {name!r} has dtype {array.dtype}, expected a float")
@@ -102,7 +101,7 @@ def packed_length(size: int, width: int) -> int:
     return -(-size * width // 8)
 
 
-def pack_codes(codes: np.ndarray, width: int) -> np.ndarray:
+def pack_codes(codes: Array, width: int) -> Array:
     """Unsigned codes below ``2**width`` as a dense bit stream (``width`` bits each, MSB first)."""
     if not 1 <= width <= _PACK_WIDTH:
         raise ValueError(f"codes of {width} bits cannot be packed")
@@ -111,7 +110,7 @@ def pack_codes(codes: np.ndarray, width: int) -> np.ndarray:
     return np.packbits(bits.reshape(-1))
 
 
-def unpack_codes(packed: np.ndarray, width: int, size: int) -> np.ndarray:
+def unpack_codes(packed: Array, width: int, size: int) -> Array:
     """Inverse of ``pack_codes`` for ``size`` codes; rejects a stream of the wrong length."""
     if packed.dtype != np.uint8 or packed.ndim != 1 or packed.size != packed_length(size, width):
         raise CodecError(

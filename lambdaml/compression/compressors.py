@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.compression.base import (
     Compressor,
     Payload,
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
     from lambdaml.config import CompressionSpec
 
 
-def l2_norm(x: np.ndarray) -> float:
+def l2_norm(x: Array) -> float:
     """||x||_2 without BLAS: a BLAS dot on a busy machine can take milliseconds to start its threads."""
     return float(np.sqrt(np.square(x, dtype=np.float64).sum()))
 
 
-def _flat(x: np.ndarray) -> np.ndarray:
+def _flat(x: Array) -> Array:
     flat = np.ascontiguousarray(x).reshape(-1)
     if flat.dtype.kind != "f":
         raise TypeError(f"only float vectors are compressed, not {flat.dtype}")
@@ -42,10 +43,10 @@ def _flat(x: np.ndarray) -> np.ndarray:
 class Identity(Compressor):
     """Sends the vector as it is: the reference every compressed method must reduce to."""
 
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         return {"value": _flat(x)}
 
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         return np.array(float_entry(payload, "value", length=size))
 
 
@@ -55,12 +56,12 @@ class OneBit(Compressor):
     The output has exactly the input's l2 norm (up to rounding of the scale).
     """
 
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
         scale = l2_norm(flat) / np.sqrt(flat.size) if flat.size else 0.0
         return {"signs": np.packbits(flat < 0), "scale": np.array([scale], dtype=flat.dtype)}
 
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         scale = float_entry(payload, "scale", length=1)
         negative = np.unpackbits(_packed(payload, "signs", size, 1), count=size).view(bool)
         return np.where(negative, -scale[0], scale[0]).astype(scale.dtype, copy=False)
@@ -84,7 +85,7 @@ class QSGD(Compressor):
     def from_spec(cls, spec: CompressionSpec) -> QSGD:
         return cls(spec.levels)
 
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         if rng is None:
             raise ValueError("qsgd rounds stochastically and needs a random generator")
         flat = _flat(x)
@@ -99,7 +100,7 @@ class QSGD(Compressor):
         codes = (level << 1) | (flat < 0)
         return {"codes": pack_codes(codes, self.width), "norm": np.array([norm], dtype=flat.dtype)}
 
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         norm = float_entry(payload, "norm", length=1)
         codes = unpack_codes(_packed(payload, "codes", size, self.width), self.width, size)
         level = codes >> 1
@@ -112,7 +113,7 @@ class QSGD(Compressor):
 class MinMaxUint8(Compressor):
     """Per vector (per chunk): codes = round((x - min) * 255 / (max - min)), deterministic."""
 
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
         lo, hi = (flat.min(), flat.max()) if flat.size else (0.0, 0.0)
         if hi > lo:
@@ -122,13 +123,14 @@ class MinMaxUint8(Compressor):
             codes = np.zeros(flat.size, dtype=np.uint8)
         return {"codes": codes, "range": np.array([lo, hi], dtype=flat.dtype)}
 
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         lo, hi = float_entry(payload, "range", length=2)
         codes = entry(payload, "codes", length=size)
         if codes.dtype != np.uint8:
             raise CodecError(f"uint8 codes arrived as {codes.dtype}")
         step = (hi - lo) / 255.0
-        return (lo + codes * step).astype(np.result_type(lo), copy=False)
+        values: Array = (lo + codes * step).astype(np.result_type(lo), copy=False)
+        return values
 
 
 class TopK(Compressor):
@@ -146,13 +148,13 @@ class TopK(Compressor):
     def kept(self, size: int) -> int:
         return min(size, max(1, int(np.ceil(self.ratio * size)))) if size else 0
 
-    def compress(self, x: np.ndarray, rng: np.random.Generator | None = None) -> Payload:
+    def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
         k = self.kept(flat.size)
         index = np.sort(np.argpartition(-np.abs(flat), k - 1)[:k]) if k < flat.size else np.arange(flat.size)
         return {"index": index.astype(np.uint32), "value": flat[index]}
 
-    def decompress(self, payload: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+    def decompress(self, payload: Mapping[str, Array], size: int) -> Array:
         k = self.kept(size)
         index, value = entry(payload, "index", length=k), float_entry(payload, "value", length=k)
         if index.dtype != np.uint32 or (k and (index[-1] >= size or np.any(np.diff(index.astype(np.int64)) <= 0))):
@@ -162,7 +164,7 @@ class TopK(Compressor):
         return out
 
 
-def _packed(payload: Mapping[str, np.ndarray], name: str, size: int, width: int) -> np.ndarray:
+def _packed(payload: Mapping[str, Array], name: str, size: int, width: int) -> Array:
     packed = entry(payload, name, length=packed_length(size, width))
     if packed.dtype != np.uint8:
         raise CodecError(f"compressed value's {name!r} has dtype {packed.dtype}, expected uint8")

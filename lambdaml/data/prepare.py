@@ -15,6 +15,7 @@ import numpy as np
 
 import lambdaml.storage
 from lambdaml import keys
+from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec
 from lambdaml.data import formats, synthetic
@@ -88,7 +89,7 @@ def check_options(name: str, *, shards: int, test_fraction: float) -> None:
 
 def load_source(
     source: DatasetSource, *, seed: int = 0, memory_limit: int | None = None
-) -> tuple[Features, np.ndarray, list[int] | None]:
+) -> tuple[Features, Array, list[int] | None]:
     """Read or generate the rows: features, labels and (for images) a row's shape before flattening."""
     fmt = source.check(memory_limit=memory_limit)
     if source.synthetic == "rcv1":

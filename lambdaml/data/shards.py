@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from lambdaml import codec, keys
+from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.data.sparse import CSRMatrix, Features
 from lambdaml.errors import CodecError, DataError, KeyNotFound, brief
@@ -113,7 +114,7 @@ def check_absent(store: Channel, name: str, *, overwrite: bool) -> None:
         )
 
 
-def normalize_labels(y: np.ndarray) -> tuple[np.ndarray, int, list[float] | None]:
+def normalize_labels(y: Array) -> tuple[Array, int, list[float] | None]:
     """Labels as classes 0..C-1 in sorted order, the class count, and the original values if they differ.
 
     Two distinct values are always two classes (``{1, 2}`` or ``{-1, 1}`` would otherwise
@@ -134,7 +135,7 @@ def prepare(
     store: Channel,
     name: str,
     X: Features,
-    y: np.ndarray,
+    y: Array,
     *,
     shards: int,
     test_fraction: float = 0.2,
@@ -240,7 +241,7 @@ def check_split(rows: int | None, shards: int, test_fraction: float) -> int:
     return n_test
 
 
-def _encode_rows(X: Features, y: np.ndarray, rows: np.ndarray) -> bytes:
+def _encode_rows(X: Features, y: Array, rows: Array) -> bytes:
     """One shard's bundle: dense ``X`` and ``y``, or the CSR arrays and ``y``."""
     if isinstance(X, CSRMatrix):
         return codec.encode_bundle({**X[rows].to_bundle(), "y": y[rows]})
@@ -332,7 +333,7 @@ def _is_hash(value: object) -> bool:
 
 def _load_bundle(
     store: Channel, manifest: Manifest, key: str, rows: int, size: int, digest: str
-) -> tuple[Features, np.ndarray]:
+) -> tuple[Features, Array]:
     """Download, verify and map one shard; a corrupt, foreign or mismatched one is a DataError naming its key."""
     if manifest.format not in FORMATS:
         raise DataError(
@@ -370,7 +371,7 @@ def _load_bundle(
     return X, y
 
 
-def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[Features, np.ndarray]:
+def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int) -> tuple[Features, Array]:
     """Download and map the shards of one worker (a CSRMatrix for a csr dataset, else an array)."""
     name, version = manifest.name, manifest.dataset_version
     loaded = [
@@ -393,7 +394,7 @@ def load_worker_data(store: Channel, manifest: Manifest, rank: int, workers: int
     return np.concatenate([X for X in parts if isinstance(X, np.ndarray)]), y
 
 
-def load_test(store: Channel, manifest: Manifest) -> tuple[Features, np.ndarray] | None:
+def load_test(store: Channel, manifest: Manifest) -> tuple[Features, Array] | None:
     """The held-out test split, or None when the dataset has none."""
     if manifest.test_rows == 0:
         return None

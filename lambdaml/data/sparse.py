@@ -9,10 +9,11 @@ travel as one codec bundle, so a worker maps its shard without parsing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import ConfigError, DataError
 
 INDPTR_DTYPE = np.dtype(np.int64)
@@ -36,9 +37,9 @@ class CSRMatrix:
 
     def __init__(
         self,
-        indptr: np.ndarray | Sequence[int],
-        indices: np.ndarray | Sequence[int],
-        data: np.ndarray | Sequence[float],
+        indptr: Array | Sequence[int],
+        indices: Array | Sequence[int],
+        data: Array | Sequence[float],
         shape: tuple[int, int] | Sequence[int],
         *,
         check: bool = True,
@@ -49,14 +50,14 @@ class CSRMatrix:
         if len(shape) != 2:
             raise DataError(f"a CSR matrix has 2 dimensions, not shape {tuple(shape)}")
         self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
-        self._row_ids: np.ndarray | None = None
+        self._row_ids: Array | None = None
         if check:
             self.validate()
 
     # --- construction ----------------------------------------------------------
 
     @classmethod
-    def from_dense(cls, X: np.ndarray) -> CSRMatrix:
+    def from_dense(cls, X: Array) -> CSRMatrix:
         """The CSR form of a dense 2-D array (zeros are dropped)."""
         X = np.asarray(X)
         if X.ndim != 2:
@@ -69,9 +70,9 @@ class CSRMatrix:
     @classmethod
     def from_coo(
         cls,
-        rows: np.ndarray,
-        cols: np.ndarray,
-        values: np.ndarray,
+        rows: Array,
+        cols: Array,
+        values: Array,
         shape: tuple[int, int],
         *,
         duplicates: Literal["sum", "last"] = "sum",
@@ -132,7 +133,7 @@ class CSRMatrix:
 
     # --- wire format -----------------------------------------------------------
 
-    def to_bundle(self) -> dict[str, np.ndarray]:
+    def to_bundle(self) -> dict[str, Array]:
         """The arrays to put in a codec bundle (``indptr``, ``indices``, ``data``, ``shape``)."""
         return {
             "indptr": self.indptr,
@@ -143,7 +144,7 @@ class CSRMatrix:
 
     @classmethod
     def from_bundle(
-        cls, arrays: Mapping[str, np.ndarray], *, shape: tuple[int, int] | None = None, what: str = "CSR matrix"
+        cls, arrays: Mapping[str, Array], *, shape: tuple[int, int] | None = None, what: str = "CSR matrix"
     ) -> CSRMatrix:
         """Rebuild and validate a matrix from decoded bundle arrays, without copying them.
 
@@ -203,7 +204,7 @@ class CSRMatrix:
         return len(self.data)
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         return self.data.dtype
 
     def __len__(self) -> int:
@@ -217,7 +218,7 @@ class CSRMatrix:
         """A transposed view: enough for ``X.T @ r``."""
         return _Transposed(self)
 
-    def row_ids(self) -> np.ndarray:
+    def row_ids(self) -> Array:
         """The row of every stored value (computed once per matrix)."""
         if self._row_ids is None:
             self._row_ids = np.repeat(np.arange(self.shape[0], dtype=np.int64), np.diff(self.indptr))
@@ -225,7 +226,7 @@ class CSRMatrix:
 
     # --- products --------------------------------------------------------------
 
-    def __matmul__(self, other: np.ndarray) -> np.ndarray:
+    def __matmul__(self, other: Array) -> Array:
         """``X @ w``: one value per row (a matrix ``W`` of k columns gives k values per row)."""
         w = np.asarray(other)
         if w.ndim not in (1, 2) or w.shape[0] != self.shape[1]:
@@ -239,14 +240,14 @@ class CSRMatrix:
             out[nonempty] = np.add.reduceat(products, starts[nonempty], axis=0)
         return out
 
-    def __rmatmul__(self, other: np.ndarray) -> np.ndarray:
+    def __rmatmul__(self, other: Array) -> Array:
         """``r @ X``, the same as ``X.T @ r``."""
         r = np.asarray(other)
         if r.ndim != 1:
             raise ValueError(f"cannot multiply an array of shape {r.shape} by a {self.shape} CSR matrix")
         return self.rmatvec(r)
 
-    def rmatvec(self, r: np.ndarray) -> np.ndarray:
+    def rmatvec(self, r: Array) -> Array:
         """``X.T @ r`` by a weighted bincount over the columns (float64 result)."""
         r = np.asarray(r)
         if r.ndim not in (1, 2) or r.shape[0] != self.shape[0]:
@@ -262,10 +263,10 @@ class CSRMatrix:
 
     # --- rows ------------------------------------------------------------------
 
-    def __getitem__(self, rows: np.ndarray | Sequence[int] | slice) -> CSRMatrix:
+    def __getitem__(self, rows: Array | Sequence[int] | slice) -> CSRMatrix:
         """Rows by an integer index array (any order, repeats, empty), a boolean mask or a slice."""
         n_rows = self.shape[0]
-        index: np.ndarray
+        index: Array
         if isinstance(rows, slice):
             start, stop, step = rows.indices(n_rows)
             if step == 1:
@@ -301,7 +302,7 @@ class CSRMatrix:
         take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
         return CSRMatrix(indptr, self.indices[take], self.data[take], (len(index), self.shape[1]), check=False)
 
-    def toarray(self) -> np.ndarray:
+    def toarray(self) -> Array:
         """The dense float32 matrix (duplicates added up); for tests and small data only."""
         out = np.zeros(self.shape, dtype=self.data.dtype)
         np.add.at(out, (self.row_ids(), self.indices), self.data)
@@ -326,19 +327,19 @@ class _Transposed:
     def T(self) -> CSRMatrix:
         return self.base
 
-    def __matmul__(self, other: np.ndarray) -> np.ndarray:
+    def __matmul__(self, other: Array) -> Array:
         return self.base.rmatvec(other)
 
-    def __rmatmul__(self, other: np.ndarray) -> np.ndarray:
+    def __rmatmul__(self, other: Array) -> Array:
         """``w @ X.T``, the same as ``X @ w``."""
         return self.base @ other
 
 
 #: What a model's ``X`` may be: a dense 2-D array or a CSR matrix.
-Features: TypeAlias = np.ndarray | CSRMatrix
+Features: TypeAlias = Array | CSRMatrix
 
 
-def require_dense(X: Features, who: str) -> np.ndarray:
+def require_dense(X: Features, who: str) -> Array:
     """``X`` as a dense array, for models that have no sparse path; a CSR matrix is refused.
 
     Densifying silently could need gigabytes (RCV1: 47,236 columns), so it is a user error.

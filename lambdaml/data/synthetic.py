@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import CSRMatrix
 from lambdaml.errors import DataError
 
@@ -12,7 +13,7 @@ HIGGS_FEATURES = 28
 
 def higgs_like(
     rows: int, *, seed: int = 0, features: int = HIGGS_FEATURES, noise: float = 1.0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[Array, Array, Array]:
     """Higgs-shaped binary classification: 28 features, labels from a known linear model.
 
     The label is ``1[x . w + b + noise * logistic > 0]``, so logistic regression is the
@@ -41,7 +42,7 @@ def rcv1_like(
     seed: int = 0,
     noise: float = 0.1,
     informative: float = 0.05,
-) -> tuple[CSRMatrix, np.ndarray, np.ndarray]:
+) -> tuple[CSRMatrix, Array, Array]:
     """RCV1-shaped sparse binary classification, built without a dense matrix.
 
     Like RCV1's tf-idf rows: about ``nnz_per_row`` positive values per row over a Zipf-like

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lambdaml import catalogue
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 
 if TYPE_CHECKING:
@@ -54,14 +55,14 @@ class Model(ABC):
     def n_params(self) -> int: ...
 
     @abstractmethod
-    def init_params(self, seed: int) -> np.ndarray: ...
+    def init_params(self, seed: int) -> Array: ...
 
     @abstractmethod
-    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: Array, X: Features, y: Array) -> tuple[float, Array]:
         """Sum over the batch of the data loss, and of its gradient."""
 
     @abstractmethod
-    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+    def regularizer_grad(self, params: Array) -> Array:
         """Gradient of the regularizer, added once to the averaged data gradient."""
 
     def biases(self) -> slice:
@@ -69,18 +70,18 @@ class Model(ABC):
         return slice(self.n_params - 1, self.n_params)
 
     @abstractmethod
-    def predict(self, params: np.ndarray, X: Features) -> np.ndarray: ...
+    def predict(self, params: Array, X: Features) -> Array: ...
 
-    def mean_loss(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
+    def mean_loss(self, params: Array, X: Features, y: Array) -> float:
         if len(y) == 0:
             return float("nan")
         loss, _ = self.loss_grad_sum(params, X, y)
         return loss / len(y)
 
-    def accuracy(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
+    def accuracy(self, params: Array, X: Features, y: Array) -> float:
         if len(y) == 0:
             return float("nan")
         return float(np.mean(self.predict(params, X) == self.labels(y)))
 
-    def labels(self, y: np.ndarray) -> np.ndarray:
+    def labels(self, y: Array) -> Array:
         return y

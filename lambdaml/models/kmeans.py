@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError
 from lambdaml.models.base import Model
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from lambdaml.data.shards import Manifest
 
 
-def initial_centroids(X: np.ndarray, k: int, seed: int) -> np.ndarray:
+def initial_centroids(X: Array, k: int, seed: int) -> Array:
     """k-means++ seeding on the given rows, reproducible from the seed, as float64.
 
     Each next centroid is drawn with probability proportional to the squared distance
@@ -52,10 +53,10 @@ class KMeansModel(Model):
     def n_params(self) -> int:
         return self.k * self.n_features
 
-    def init_params(self, seed: int) -> np.ndarray:
+    def init_params(self, seed: int) -> Array:
         return np.zeros(self.n_params)  # the algorithm picks centroids from the data
 
-    def assign(self, params: np.ndarray, X: Features) -> tuple[np.ndarray, np.ndarray]:
+    def assign(self, params: Array, X: Features) -> tuple[Array, Array]:
         """Nearest centroid of each row and the squared distance to it."""
         X = require_dense(X, type(self).__name__)
         centroids = params.reshape(self.k, self.n_features)
@@ -64,14 +65,14 @@ class KMeansModel(Model):
         nearest = np.argmin(squared, axis=1)
         return nearest, np.maximum(squared[np.arange(len(X64)), nearest], 0.0)
 
-    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: Array, X: Features, y: Array) -> tuple[float, Array]:
         X = require_dense(X, type(self).__name__)
         _, distances = self.assign(params, X)
         return float(distances.sum()), np.zeros_like(params)
 
-    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+    def regularizer_grad(self, params: Array) -> Array:
         return np.zeros_like(params)
 
-    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def predict(self, params: Array, X: Features) -> Array:
         X = require_dense(X, type(self).__name__)
         return self.assign(params, X)[0]

@@ -11,6 +11,7 @@ from abc import abstractmethod
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 from lambdaml.models.base import Model
 
@@ -26,34 +27,35 @@ class LinearModel(Model):
     def n_params(self) -> int:
         return self.n_features + 1
 
-    def init_params(self, seed: int) -> np.ndarray:
+    def init_params(self, seed: int) -> Array:
         # Zeros: every worker starts from the same point without communicating.
         return np.zeros(self.n_params, dtype=np.float64)
 
-    def labels(self, y: np.ndarray) -> np.ndarray:
+    def labels(self, y: Array) -> Array:
         return (y > 0).astype(np.float64)
 
-    def margin(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def margin(self, params: Array, X: Features) -> Array:
         """``X @ w + b`` for every row (float64)."""
-        return np.asarray(X @ params[:-1], dtype=np.float64) + params[-1]
+        margin: Array = np.asarray(X @ params[:-1], dtype=np.float64) + params[-1]
+        return margin
 
     @abstractmethod
-    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slope(self, z: Array, t: Array) -> tuple[float, Array]:
         """Summed loss of margins ``z`` for labels ``t`` in {0, 1}, and its derivative per row."""
 
-    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: Array, X: Features, y: Array) -> tuple[float, Array]:
         loss, slope = self.loss_and_slope(self.margin(params, X), self.labels(y))
         grad = np.empty_like(params)
         grad[:-1] = X.T @ slope
         grad[-1] = slope.sum()
         return loss, grad
 
-    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+    def regularizer_grad(self, params: Array) -> Array:
         grad = self.l2 * params
         grad[self.biases()] = 0.0  # the bias is not regularized
         return grad
 
-    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def predict(self, params: Array, X: Features) -> Array:
         """Class 1 where the margin is positive, else 0 (compared with ``labels(y)``)."""
         return (self.margin(params, X) > 0).astype(np.float64)
 
@@ -61,7 +63,7 @@ class LinearModel(Model):
 class LogisticRegression(LinearModel):
     """Binary logistic regression: ``log(1 + e^z) - t z`` summed over the batch."""
 
-    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slope(self, z: Array, t: Array) -> tuple[float, Array]:
         loss = float(np.sum(np.logaddexp(0.0, z) - t * z))  # stable for any z
         return loss, _sigmoid(z) - t
 
@@ -72,14 +74,14 @@ class LinearSVM(LinearModel):
     The hinge is not differentiable at ``s z = 1``; the subgradient used there is 0.
     """
 
-    def loss_and_slope(self, z: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slope(self, z: Array, t: Array) -> tuple[float, Array]:
         s = 2.0 * t - 1.0
         slack = 1.0 - s * z
         active = slack > 0
         return float(np.sum(slack[active])), np.where(active, -s, 0.0)
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def _sigmoid(z: Array) -> Array:
     out = np.empty_like(z, dtype=np.float64)
     positive = z >= 0
     out[positive] = 1.0 / (1.0 + np.exp(-z[positive]))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.base import Model
@@ -45,11 +46,11 @@ class MulticlassLinearModel(Model):
     def n_params(self) -> int:
         return (self.n_features + 1) * self.n_classes
 
-    def init_params(self, seed: int) -> np.ndarray:
+    def init_params(self, seed: int) -> Array:
         # Zeros: every worker starts from the same point without communicating.
         return np.zeros(self.n_params, dtype=np.float64)
 
-    def classes(self, y: np.ndarray) -> np.ndarray:
+    def classes(self, y: Array) -> Array:
         """Labels as int64 class ids, refusing non-integral or out-of-range ones with one line."""
         y = np.asarray(y)
         bad = ~np.isin(y, np.arange(self.n_classes))  # NaN, 2.5 and -1 alike
@@ -60,26 +61,26 @@ class MulticlassLinearModel(Model):
             )
         return y.astype(np.int64)
 
-    def labels(self, y: np.ndarray) -> np.ndarray:
+    def labels(self, y: Array) -> Array:
         return self.classes(y).astype(np.float64)
 
-    def scores(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def scores(self, params: Array, X: Features) -> Array:
         """``X @ W + b``: one row per example, one column per class (float64)."""
         weights = params[: -self.n_classes].reshape(self.n_features, self.n_classes)
         return np.asarray(X @ weights, dtype=np.float64) + params[-self.n_classes :]
 
     @abstractmethod
-    def loss_and_slopes(self, S: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slopes(self, S: Array, t: Array) -> tuple[float, Array]:
         """Summed loss of scores ``S`` for class ids ``t``, and its derivative by every score."""
 
-    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: Array, X: Features, y: Array) -> tuple[float, Array]:
         loss, R = self.loss_and_slopes(self.scores(params, X), self.classes(y))
         grad = np.empty_like(params)
         grad[: -self.n_classes] = np.asarray(X.T @ R, dtype=np.float64).reshape(-1)
         grad[-self.n_classes :] = R.sum(axis=0)
         return loss, grad
 
-    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+    def regularizer_grad(self, params: Array) -> Array:
         grad = self.l2 * params
         grad[self.biases()] = 0.0  # the biases are not regularized
         return grad
@@ -87,9 +88,10 @@ class MulticlassLinearModel(Model):
     def biases(self) -> slice:
         return slice(self.n_params - self.n_classes, self.n_params)
 
-    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def predict(self, params: Array, X: Features) -> Array:
         """The class of the highest score, as a float64 id (compared with ``labels(y)``)."""
-        return np.argmax(self.scores(params, X), axis=1).astype(np.float64)
+        classes: Array = np.argmax(self.scores(params, X), axis=1).astype(np.float64)
+        return classes
 
 
 class SoftmaxRegression(MulticlassLinearModel):
@@ -97,7 +99,7 @@ class SoftmaxRegression(MulticlassLinearModel):
 
     name = "softmax"
 
-    def loss_and_slopes(self, S: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slopes(self, S: Array, t: Array) -> tuple[float, Array]:
         rows = np.arange(len(t))
         shifted = S - S.max(axis=1, keepdims=True)  # log-sum-exp shift: no exp overflows
         exp = np.exp(shifted)
@@ -117,7 +119,7 @@ class MulticlassSVM(MulticlassLinearModel):
 
     name = "multiclass_svm"
 
-    def loss_and_slopes(self, S: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_slopes(self, S: Array, t: Array) -> tuple[float, Array]:
         rows = np.arange(len(t))
         own = S[rows, t]
         rivals = S.copy()

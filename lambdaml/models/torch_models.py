@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from lambdaml import settings
+from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.base import Model
@@ -152,18 +153,18 @@ class TorchModel(Model):
     def n_params(self) -> int:
         return self._n_params
 
-    def init_params(self, seed: int) -> np.ndarray:
+    def init_params(self, seed: int) -> Array:
         """Torch's default initialization under ``seed``: the same vector on every worker."""
         module = self._seeded_module(seed)
         return parameters_to_vector(module.parameters()).detach().numpy().astype(np.float32, copy=True)
 
-    def labels(self, y: np.ndarray) -> np.ndarray:
+    def labels(self, y: Array) -> Array:
         return np.asarray(y).astype(np.int64)
 
-    def regularizer_grad(self, params: np.ndarray) -> np.ndarray:
+    def regularizer_grad(self, params: Array) -> Array:
         return self.l2 * params
 
-    def loss_grad_sum(self, params: np.ndarray, X: Features, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: Array, X: Features, y: Array) -> tuple[float, Array]:
         X = require_dense(X, type(self).__name__)
         if len(y) == 0 and self._ddp is None:
             return 0.0, np.zeros_like(params)
@@ -180,7 +181,7 @@ class TorchModel(Model):
             # dummy row contributes nothing but takes part.
             dummy = torch.zeros((1, *self.sample_shape))
             loss = F.cross_entropy(forward(dummy), torch.zeros(1, dtype=torch.int64), reduction="sum") * 0.0
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         grad = parameters_to_vector(
             [p.grad if p.grad is not None else torch.zeros_like(p) for p in module.parameters()]
         )
@@ -188,13 +189,13 @@ class TorchModel(Model):
             grad *= self._ddp_world
         return float(loss.item()), grad.numpy().astype(params.dtype, copy=False)
 
-    def predict(self, params: np.ndarray, X: Features) -> np.ndarray:
+    def predict(self, params: Array, X: Features) -> Array:
         X = require_dense(X, type(self).__name__)
         self._load(params)
         out = [logits.argmax(dim=1).numpy() for logits in self._eval_logits(X)]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
-    def mean_loss(self, params: np.ndarray, X: Features, y: np.ndarray) -> float:
+    def mean_loss(self, params: Array, X: Features, y: Array) -> float:
         """Mean cross-entropy without a gradient, in batches (a whole test set fits in memory)."""
         X = require_dense(X, type(self).__name__)
         if len(y) == 0:
@@ -207,19 +208,19 @@ class TorchModel(Model):
             total += float(F.cross_entropy(logits, part, reduction="sum").item())
         return total / len(y)
 
-    def _eval_logits(self, X: np.ndarray) -> list[torch.Tensor]:
+    def _eval_logits(self, X: Array) -> list[torch.Tensor]:
         """Logits of ``X`` in chunks of ``PREDICT_BATCH`` rows, in eval mode without autograd."""
         self.module.eval()
         with torch.no_grad():
             return [self.module(self._inputs(X[i : i + PREDICT_BATCH])) for i in range(0, len(X), PREDICT_BATCH)]
 
-    def _load(self, params: np.ndarray) -> None:
+    def _load(self, params: Array) -> None:
         if params.shape != (self._n_params,):
             raise ValueError(f"{type(self).__name__} has {self._n_params} parameters; got a vector of {params.shape}")
         # torch.tensor copies, so the module never aliases the caller's (optimizer-updated) array.
         vector_to_parameters(torch.tensor(params, dtype=torch.float32), self.module.parameters())
 
-    def _inputs(self, X: np.ndarray) -> torch.Tensor:
+    def _inputs(self, X: Array) -> torch.Tensor:
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise DataError(f"model {self.name!r} expects rows of {self.n_features} features; got shape {X.shape}")
@@ -227,7 +228,7 @@ class TorchModel(Model):
             X = X.copy()
         return torch.from_numpy(X).reshape(len(X), *self.sample_shape)
 
-    def _targets(self, y: np.ndarray) -> torch.Tensor:
+    def _targets(self, y: Array) -> torch.Tensor:
         t = self.labels(y)
         if t.min() < 0 or t.max() >= self.n_classes:
             raise DataError(

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from lambdaml import codec, keys
+from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.errors import CodecError, DataError, KeyNotFound
 from lambdaml.seal import Sealer
@@ -44,7 +45,7 @@ class Position:
         return (self.epoch, self.step)
 
 
-Checkpoint = tuple[Position, dict[str, np.ndarray]]
+Checkpoint = tuple[Position, dict[str, Array]]
 
 
 def periodic_slot(progress: int, every: int) -> str:
@@ -53,7 +54,7 @@ def periodic_slot(progress: int, every: int) -> str:
 
 
 def save(
-    store: Channel, job_id: str, attempt: int, rank: int, slot: str, position: Position, state: dict[str, np.ndarray]
+    store: Channel, job_id: str, attempt: int, rank: int, slot: str, position: Position, state: dict[str, Array]
 ) -> None:
     key = keys.worker_checkpoint(job_id, attempt, rank, slot)
     meta = np.frombuffer(json.dumps(asdict(position)).encode(), np.uint8)

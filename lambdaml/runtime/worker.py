@@ -19,6 +19,7 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.algorithms import reify
+from lambdaml.arrays import Array
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
@@ -48,7 +49,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def params_checksum(params: np.ndarray) -> str:
+def params_checksum(params: Array) -> str:
     """A short fingerprint of a model, to check that every rank ends with the same one."""
     return f"{zlib.crc32(np.ascontiguousarray(params).tobytes()):08x}"
 
@@ -75,7 +76,7 @@ class Lifetime:
     on_lambda: bool = True
 
 
-def _state_arrays(state_dict: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
+def _state_arrays(state_dict: dict[str, Array], rank: int) -> dict[str, Array]:
     arrays = {k: np.asarray(v) for k, v in state_dict.items()}
     for name, array in arrays.items():
         if array.dtype.kind == "f":
@@ -83,7 +84,7 @@ def _state_arrays(state_dict: dict[str, np.ndarray], rank: int) -> dict[str, np.
     return arrays
 
 
-def _majority_share(labels: np.ndarray) -> float | None:
+def _majority_share(labels: Array) -> float | None:
     """The accuracy of always answering the most common label: what a classifier must beat."""
     if not len(labels) or not np.all(labels == np.round(labels)) or labels.min() < 0:
         return None

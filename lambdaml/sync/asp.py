@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from lambdaml import codec, keys
+from lambdaml.arrays import Array
 from lambdaml.channels import Backoff, Channel
 from lambdaml.comm.base import check_finite
 from lambdaml.comm.channel import ChannelCommunicator
@@ -36,11 +37,11 @@ from lambdaml.sync.base import SyncProtocol, mean_loss
 PRUNE_EVERY = 16
 
 
-def encode_update(rank: int, delta: np.ndarray) -> bytes:
+def encode_update(rank: int, delta: Array) -> bytes:
     return codec.encode_bundle({"rank": np.array([rank], dtype=np.int64), "delta": delta})
 
 
-def decode_update(raw: bytes, what: str) -> tuple[int, np.ndarray]:
+def decode_update(raw: bytes, what: str) -> tuple[int, Array]:
     bundle = codec.decode_bundle(raw, what=what)
     try:
         return int(bundle["rank"][0]), bundle["delta"]
@@ -114,11 +115,11 @@ class UpdateLog:
             self._window[r] = min(self.applied_from[r] - before[r] + 1, self.MAX_WINDOW)
         return updates
 
-    def cursor(self) -> np.ndarray:
+    def cursor(self) -> Array:
         """How far this worker has read, per writer."""
         return np.array(self.applied_from, dtype=np.int64)
 
-    def prune(self, cursors: list[np.ndarray]) -> None:
+    def prune(self, cursors: list[Array]) -> None:
         """Delete updates every rank has read (rank 0 calls this)."""
         stale = []
         for writer in range(self.world_size):
@@ -146,9 +147,9 @@ class AsyncUpdates:
         # Set on Lambda: publish the read position of the last checkpoint, not the live one,
         # so that nothing a resumed worker will read again is deleted.
         self.resumable = False
-        self._checkpointed_cursor = np.zeros(comm.world_size, dtype=np.int64)
+        self._checkpointed_cursor: Array = np.zeros(comm.world_size, dtype=np.int64)
 
-    def push_pull(self, delta: np.ndarray) -> np.ndarray:
+    def push_pull(self, delta: Array) -> Array:
         """Publish this worker's update; return the sum of the other workers' new updates."""
         check_finite(delta, self.comm.rank, "update")
         started = time.perf_counter()
@@ -169,7 +170,7 @@ class AsyncUpdates:
         finally:
             self.comm.comm_s += time.perf_counter() - started
 
-    def _merge(self, like: np.ndarray) -> tuple[np.ndarray, int]:
+    def _merge(self, like: Array) -> tuple[Array, int]:
         total = np.zeros_like(like)
         updates = self.log.read_new()
         for key, raw in updates:
@@ -179,7 +180,7 @@ class AsyncUpdates:
             total += delta
         return total, len(updates)
 
-    def _wait_for_stragglers(self, like: np.ndarray) -> np.ndarray:
+    def _wait_for_stragglers(self, like: Array) -> Array:
         """SSP: block while some worker is more than ``staleness`` pushes behind this one."""
         total = np.zeros_like(like)
         needed = self.log.pushed - (self.staleness or 0)
@@ -212,7 +213,7 @@ class AsyncUpdates:
         if len(found) == self.comm.world_size:
             self.log.prune([codec.decode(raw, dtype=np.int64) for raw in found.values()])
 
-    def drain(self, like: np.ndarray) -> np.ndarray:
+    def drain(self, like: Array) -> Array:
         """At the end: wait until every worker is done pushing, then merge the rest.
 
         Afterwards every worker has applied every update exactly once.
@@ -244,14 +245,14 @@ class AsyncUpdates:
         """The worker saved a checkpoint: what it had read up to then may now be deleted."""
         self._checkpointed_cursor = self.log.cursor()
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {
             "pushed": np.array([self.log.pushed]),
             "applied_from": self.log.cursor(),
             "staleness_seen": np.array(self.staleness_seen, dtype=np.int64),
         }
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         """Resume at a checkpoint; the pushes made after it are replayed, not repeated."""
         self.log.pushed = int(state["pushed"][0])
         self.log.applied_from = [int(v) for v in state["applied_from"]]
@@ -286,30 +287,28 @@ class AsyncProtocol(SyncProtocol):
         super().__init__(comm)
         self.updates = AsyncUpdates(comm, staleness=staleness)
 
-    def sum(self, values: np.ndarray) -> np.ndarray:
+    def sum(self, values: Array) -> Array:
         raise TypeError("ASP and SSP have no collective sums: the algorithm runs only under protocol 'bsp'")
 
-    def sum_with(self, vector: np.ndarray, extras: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sum_with(self, vector: Array, extras: Array) -> tuple[Array, Array]:
         return self.sum(vector), extras
 
-    def gradients(self, grad: np.ndarray, count: int, loss: float) -> tuple[np.ndarray, float, float]:
+    def gradients(self, grad: Array, count: int, loss: float) -> tuple[Array, float, float]:
         return grad, count, loss  # this worker's own; ``sharing`` sends the step taken on it
 
     @contextlib.contextmanager
-    def sharing(self, params: np.ndarray) -> Iterator[None]:
+    def sharing(self, params: Array) -> Iterator[None]:
         """Push the change the step inside makes to ``params`` and merge the others' (not after an error)."""
         before = params.copy()
         yield
         params += self.updates.push_pull(params - before)
 
-    def average(
-        self, model: np.ndarray, reference: np.ndarray, count: float, loss_sum: float
-    ) -> tuple[np.ndarray, float]:
+    def average(self, model: Array, reference: Array, count: float, loss_sum: float) -> tuple[Array, float]:
         contribution = (model - reference) / self.comm.world_size
         # The loss is this worker's own: no collective sums it.
         return reference + (contribution + self.updates.push_pull(contribution)), mean_loss(loss_sum, count)
 
-    def finish(self, params: np.ndarray) -> np.ndarray:
+    def finish(self, params: Array) -> Array:
         """Merge every update still outstanding: afterwards each worker has applied every update once."""
         params += self.updates.drain(params)
         return params
@@ -326,10 +325,10 @@ class AsyncProtocol(SyncProtocol):
     def checkpointed(self) -> None:
         self.updates.checkpointed()
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return self.updates.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         self.updates.load_state_dict(state)
 
     def stats(self) -> dict[str, float]:

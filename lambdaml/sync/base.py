@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
+from lambdaml.arrays import Array
 
 if TYPE_CHECKING:
     from lambdaml.comm.base import Communicator
@@ -39,32 +39,30 @@ class SyncProtocol(ABC):
         self.comm = comm
 
     @abstractmethod
-    def sum(self, values: np.ndarray) -> np.ndarray:
+    def sum(self, values: Array) -> Array:
         """The exact sum of ``values`` over every worker."""
 
     @abstractmethod
-    def sum_with(self, vector: np.ndarray, extras: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sum_with(self, vector: Array, extras: Array) -> tuple[Array, Array]:
         """Sums over every worker of ``vector`` (compressed where the job says so) and of ``extras`` (exact)."""
 
     @abstractmethod
-    def gradients(self, grad: np.ndarray, count: int, loss: float) -> tuple[np.ndarray, float, float]:
+    def gradients(self, grad: Array, count: int, loss: float) -> tuple[Array, float, float]:
         """The gradient sum, sample count and loss sum that one step is taken on."""
 
     @abstractmethod
-    def average(
-        self, model: np.ndarray, reference: np.ndarray, count: float, loss_sum: float
-    ) -> tuple[np.ndarray, float]:
+    def average(self, model: Array, reference: Array, count: float, loss_sum: float) -> tuple[Array, float]:
         """Model averaging: the averaged model and the mean loss of the samples it saw.
 
         ``model`` is this worker's after its local steps, ``reference`` the last average
         it started them from, ``count``/``loss_sum`` its samples since then.
         """
 
-    def sharing(self, params: np.ndarray) -> AbstractContextManager[None]:
+    def sharing(self, params: Array) -> AbstractContextManager[None]:
         """Around a step that changes ``params`` in place: what the others must learn of it (ASP)."""
         return contextlib.nullcontext()
 
-    def finish(self, params: np.ndarray) -> np.ndarray:
+    def finish(self, params: Array) -> Array:
         """The model a worker ends with, after its last epoch."""
         return params
 
@@ -82,10 +80,10 @@ class SyncProtocol(ABC):
     def checkpointed(self) -> None:
         """The worker saved a checkpoint."""
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         """Resume at a checkpoint's ``state_dict``."""
 
     def stats(self) -> dict[str, float]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.comm.base import Communicator
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.compressed import CompressedAllreduce
@@ -48,10 +49,10 @@ class BSP(SyncProtocol):
         super().__init__(comm)
         self.reducer = reducer
 
-    def sum(self, values: np.ndarray) -> np.ndarray:
+    def sum(self, values: Array) -> Array:
         return self.comm.allreduce(values)
 
-    def sum_with(self, vector: np.ndarray, extras: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sum_with(self, vector: Array, extras: Array) -> tuple[Array, Array]:
         if self.reducer is None:  # one collective: the extras ride at the end of the vector
             reduced = self.comm.allreduce(np.concatenate([vector, extras.astype(vector.dtype)]))
             return reduced[: vector.size], reduced[vector.size :]
@@ -59,14 +60,12 @@ class BSP(SyncProtocol):
         assert summed_extras is not None
         return summed, summed_extras
 
-    def gradients(self, grad: np.ndarray, count: int, loss: float) -> tuple[np.ndarray, float, float]:
+    def gradients(self, grad: Array, count: int, loss: float) -> tuple[Array, float, float]:
         """Every worker's: so unequal batches average exactly, and one collective serves all three."""
         summed, (total_count, loss_sum) = self.sum_with(grad, np.array([count, loss], dtype=grad.dtype))
         return summed, total_count, loss_sum
 
-    def average(
-        self, model: np.ndarray, reference: np.ndarray, count: float, loss_sum: float
-    ) -> tuple[np.ndarray, float]:
+    def average(self, model: Array, reference: Array, count: float, loss_sum: float) -> tuple[Array, float]:
         world = self.comm.world_size
         stats = np.array([count, loss_sum], dtype=model.dtype)
         if self.reducer is None:  # the exact mean of the models
@@ -81,9 +80,9 @@ class BSP(SyncProtocol):
         # A compressed job keeps its compressor: DDP would sum the gradients uncompressed.
         return self.reducer is None and self.comm.attach_gradient_sync(model)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         return {} if self.reducer is None else self.reducer.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: Mapping[str, Array]) -> None:
         if self.reducer is not None:
             self.reducer.load_state_dict(state)

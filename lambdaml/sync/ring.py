@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
+from lambdaml.arrays import Array
 from lambdaml.comm.base import Communicator
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.ring import RingExchange
@@ -30,9 +29,9 @@ class RingProtocol(BSP):
         self.ring = RingExchange(comm)
         self.neighbours = self.ring.neighbours
 
-    def exchange(self, message: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+    def exchange(self, message: Mapping[str, Array]) -> dict[int, dict[str, Array]]:
         """Send ``message`` to my neighbours and return theirs, by rank (empty when alone)."""
         return self.ring.exchange(message)
 
-    def finish(self, params: np.ndarray) -> np.ndarray:
+    def finish(self, params: Array) -> Array:
         return self.comm.allreduce(params, op="mean")

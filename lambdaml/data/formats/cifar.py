@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.formats.common import Loaded, check_file_size, check_memory, resolve_limit
 from lambdaml.errors import DataError, brief
 
@@ -57,7 +58,7 @@ class _PendingArray:
     __slots__ = ("array",)
 
     def __init__(self) -> None:
-        self.array: np.ndarray | None = None
+        self.array: Array | None = None
 
     def __setstate__(self, state: object) -> None:
         if not (isinstance(state, tuple) and len(state) == 5):
@@ -76,7 +77,7 @@ class _PendingArray:
         self.array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C")
 
 
-def _is_plain_number(dtype: np.dtype) -> bool:
+def _is_plain_number(dtype: np.dtype[Any]) -> bool:
     """A numeric dtype with no fields or subarray (a pickled dtype's state can add them)."""
     return (
         dtype.kind in "biuf"
@@ -113,7 +114,7 @@ class _CheckedDtype:
 
     __slots__ = ()
 
-    def __call__(self, spec: object, align: object = False, copy: object = True) -> np.dtype:
+    def __call__(self, spec: object, align: object = False, copy: object = True) -> np.dtype[Any]:
         text = spec.decode("latin-1") if isinstance(spec, bytes) else spec
         if not (isinstance(text, str) and _PLAIN_DTYPE.fullmatch(text)):
             raise _Refused(f"refusing dtype {brief(spec)} (a CIFAR-10 batch holds plain numbers)")
@@ -157,8 +158,8 @@ def load_cifar10_batches(paths: Sequence[str | Path], *, memory_limit: int | Non
     if not paths:
         raise DataError("no CIFAR-10 batch files given")
     limit = resolve_limit(memory_limit)
-    images: list[np.ndarray] = []
-    labels: list[np.ndarray] = []
+    images: list[Array] = []
+    labels: list[Array] = []
     rows = 0
     for path in paths:
         data, y = _read_cifar10_batch(Path(path), limit)
@@ -178,7 +179,7 @@ def load_cifar10_batches(paths: Sequence[str | Path], *, memory_limit: int | Non
     return Loaded(X, y, list(CIFAR10_SAMPLE_SHAPE))
 
 
-def _read_cifar10_batch(path: Path, limit: int) -> tuple[np.ndarray, np.ndarray]:
+def _read_cifar10_batch(path: Path, limit: int) -> tuple[Array, Array]:
     """A batch's uint8 images (a view of the file's bytes) and float32 labels."""
     check_file_size(path, limit)
     try:

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.errors import DataError
 
 #: Features and labels are stored as float32: a value beyond this would silently become infinite.
@@ -18,8 +19,8 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 class Loaded(NamedTuple):
     """Features, labels and, for images, a row's shape before flattening (e.g. ``[3, 32, 32]``)."""
 
-    X: np.ndarray
-    y: np.ndarray
+    X: Array
+    y: Array
     sample_shape: list[int] | None = None
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.formats.common import (
     FLOAT32_MAX,
     NUMBER,
@@ -26,7 +27,7 @@ _CSV_ROW = re.compile(rf"[ \t]*+{NUMBER}[ \t]*+(?:,[ \t]*+{NUMBER}[ \t]*+)*+")
 
 def load_csv(
     path: str | Path, label_column: Literal["first", "last"] = "first", *, memory_limit: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[Array, Array]:
     """Read a numeric CSV with the label first or last; a first line of only names is a header.
 
     A value is a decimal number (spaces or tabs around it are fine); ``nan``, ``inf`` and
@@ -68,7 +69,7 @@ def load_csv(
     return data[:, :-1].astype(np.float32), data[:, -1].astype(np.float32)
 
 
-def _check_csv_range(path: Path, data: np.ndarray, lines: list[tuple[int, str]]) -> None:
+def _check_csv_range(path: Path, data: Array, lines: list[tuple[int, str]]) -> None:
     """The first row, in file order, with a value float32 cannot hold."""
     bad = np.flatnonzero(~np.all(np.abs(data) <= FLOAT32_MAX, axis=1))
     if bad.size:

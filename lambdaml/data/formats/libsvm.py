@@ -9,6 +9,7 @@ from typing import Literal, NamedTuple, overload
 
 import numpy as np
 
+from lambdaml.arrays import Array
 from lambdaml.data.formats.common import (
     FLOAT32_MAX,
     NUMBER,
@@ -37,10 +38,10 @@ _FEATURE_SYNTAX = "an index is 1 to 10 digits, a value a decimal number such as 
 class _Libsvm(NamedTuple):
     """A parsed LIBSVM file: CSR arrays (columns 0-based and sorted in each row) and the widest index."""
 
-    labels: np.ndarray
-    indptr: np.ndarray
-    cols: np.ndarray
-    values: np.ndarray
+    labels: Array
+    indptr: Array
+    cols: Array
+    values: Array
     max_index: int
     max_line: int  # the line of the widest index (0 when no row has a feature)
 
@@ -52,18 +53,18 @@ def load_libsvm(
     sparse: Literal[False] = False,
     *,
     memory_limit: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]: ...
+) -> tuple[Array, Array]: ...
 @overload
 def load_libsvm(
     path: str | Path, n_features: int | None = None, *, sparse: Literal[True], memory_limit: int | None = None
-) -> tuple[CSRMatrix, np.ndarray]: ...
+) -> tuple[CSRMatrix, Array]: ...
 @overload
 def load_libsvm(
     path: str | Path, n_features: int | None = None, sparse: bool = False, *, memory_limit: int | None = None
-) -> tuple[np.ndarray | CSRMatrix, np.ndarray]: ...
+) -> tuple[Array | CSRMatrix, Array]: ...
 def load_libsvm(
     path: str | Path, n_features: int | None = None, sparse: bool = False, *, memory_limit: int | None = None
-) -> tuple[np.ndarray | CSRMatrix, np.ndarray]:
+) -> tuple[Array | CSRMatrix, Array]:
     """Read a LIBSVM file (``label idx:value ...``, 1-based indices, in any order within a row).
 
     Dense by default; with ``sparse=True`` a CSRMatrix, built straight from the parsed
@@ -157,11 +158,11 @@ def _parse_libsvm(path: Path, lines: list[str]) -> _Libsvm:
     return _Libsvm(label_arr.astype(np.float32), ptr, cols, val.astype(np.float32), max_index, max_line)
 
 
-def _row_of(indptr: np.ndarray, entry: int) -> int:
+def _row_of(indptr: Array, entry: int) -> int:
     return int(np.searchsorted(indptr, entry, side="right")) - 1
 
 
-def _column_order(indptr: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray | None, int | None]:
+def _column_order(indptr: Array, cols: Array) -> tuple[Array | None, int | None]:
     """The order that sorts each row's columns (None if they already are), and the first row that repeats one."""
     nnz = len(cols)
     if nnz < 2:

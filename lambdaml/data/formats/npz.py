@@ -8,11 +8,12 @@ import math
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 from numpy.lib import format as npy_format
 
+from lambdaml.arrays import Array
 from lambdaml.data.formats.common import Loaded, check_memory, resolve_limit
 from lambdaml.errors import DataError, brief
 
@@ -40,7 +41,7 @@ _READ_CHUNK = 1 << 20
 class _NpyHeader(NamedTuple):
     shape: tuple[int, ...]
     fortran: bool
-    dtype: np.dtype
+    dtype: np.dtype[Any]
 
 
 def load_npz(path: str | Path, *, memory_limit: int | None = None) -> Loaded:
@@ -109,7 +110,7 @@ def _npy_header(stream: IO[bytes]) -> _NpyHeader:
         raise ValueError(f"an .npy header claims {size} bytes")
     header = io.BytesIO(length + stream.read(size))
     reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
-    shape, fortran, dtype = reader(header)  # its max_header_size is _MAX_NPY_HEADER, already checked
+    shape, fortran, dtype = reader(header)  # type: ignore[no-untyped-call]  # its max_header_size is _MAX_NPY_HEADER, already checked
     if any(d < 0 for d in shape):
         raise ValueError(f"an .npy header has the shape {brief(shape)}")
     return _NpyHeader(tuple(int(d) for d in shape), bool(fortran), dtype)
@@ -131,7 +132,7 @@ def _check_npz_headers(path: Path, headers: dict[str, _NpyHeader], limit: int) -
     check_memory(str(path), what, need, limit)
 
 
-def _npy_data(stream: IO[bytes], header: _NpyHeader) -> np.ndarray:
+def _npy_data(stream: IO[bytes], header: _NpyHeader) -> Array:
     """The member's data, read in chunks into one buffer of exactly the checked size."""
     nbytes = math.prod(header.shape) * header.dtype.itemsize
     buffer = np.empty(nbytes, dtype=np.uint8)
