@@ -37,7 +37,7 @@ format: setup
 	$(BIN)/ruff check --fix $(SRC)
 	$(BIN)/ruff format $(SRC)
 
-test: setup services lint template-check zip-size-check security-check
+test: setup services lint template-check zip-size-check security-check awscli-env
 	$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 # SAM and cfn-lint live in their own venv: aws-sam-cli pins boto3/click/pydantic exactly.
@@ -52,7 +52,7 @@ SAM_OFFLINE := AWS_ACCESS_KEY_ID=dummy AWS_SECRET_ACCESS_KEY=dummy \
 
 sam-env: $(SAM_STAMP)
 
-# Each tool venv (.venv-sam, .venv-checkov) from its own pin file: their pins clash with ours and each other's.
+# Each tool venv (.venv-sam, .venv-checkov, .venv-awscli) from its own pin file: their pins clash with ours and each other's.
 .venv-%/.installed: requirements-%.txt
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/pip install --quiet --disable-pip-version-check -r $<
@@ -68,6 +68,10 @@ zip-size-check: sam-env
 	rm -rf $(SAM_BUILD)
 	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam build -t template.yaml --build-dir $(SAM_BUILD)
 	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD)
+
+# The AWS CLI in its own venv, as SAM has: the tests point it at the local Lambda service.
+.PHONY: awscli-env
+awscli-env: .venv-awscli/.installed
 
 # checkov (static security checks of CloudFormation) in its own venv: its pins clash with ours.
 # Without a Prisma Cloud key checkov reports no severities, so ANY failed check fails the build;
@@ -86,4 +90,4 @@ security-check: checkov-env
 		$(addprefix -f ,$(CFN_TEMPLATES))
 
 clean:
-	rm -rf $(VENV) .venv-sam .venv-checkov build results .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-sam .venv-checkov .venv-awscli build results .mypy_cache .ruff_cache .pytest_cache .hypothesis

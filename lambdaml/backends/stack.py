@@ -9,12 +9,15 @@ this side follows their heartbeats to the result rank 0 assembles.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lambdaml import aws, keys, settings
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lambdaml import aws, aws_errors, catalogue, keys, settings
 from lambdaml.backends.base import Backend, EventCallback, JobEvent, Run
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
@@ -22,6 +25,8 @@ from lambdaml.errors import ConfigError, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
 from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json, open_storage
+
+log = logging.getLogger(__name__)
 
 
 def local_stacks() -> Path:
@@ -90,6 +95,42 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
     elif kind == "memory":
         raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
     return parse_job(data, source)
+
+
+def check_concurrency(job: JobSpec, stack: Stack) -> None:
+    """Refuse a job whose workers cannot all run at once: BSP waits for every rank, and those started bill meanwhile.
+
+    A worker function with reserved concurrency runs that many at most; one without shares
+    what the account's reservations leave (Lambda's UnreservedConcurrentExecutions).
+    """
+    torch = catalogue.model(job.model.name).needs == "torch"
+    output = "TorchWorkerFunctionName" if torch else "WorkerFunctionName"
+    if output not in stack.outputs:
+        return  # no such worker: the coordinator refuses the job, saying how to deploy it
+    function, workers = stack.outputs[output], job.workers
+    client = stack.client("lambda")
+    try:
+        reserved = client.get_function_concurrency(FunctionName=function).get("ReservedConcurrentExecutions")
+        shared = None if reserved is not None else client.get_account_settings()["AccountLimit"]
+    except ClientError as exc:
+        if aws_errors.error_code(exc) in ("AccessDeniedException", "AccessDenied"):
+            log.warning("cannot read the concurrency of %s (%s); not checked", function, aws_errors.error_code(exc))
+            return
+        raise ConfigError(f"cannot read the concurrency of {function}: {aws_errors.error_code(exc) or exc}") from None
+    except BotoCoreError as exc:
+        raise ConfigError(f"cannot reach Lambda for stack {stack.name!r}: {exc}") from None
+    if reserved is not None and workers > reserved:
+        raise ConfigError(
+            f"the job needs {workers} workers at once, but {function} has a reserved concurrency of {reserved}; "
+            f"lower workers, or redeploy with WorkerReservedConcurrency={workers} or more"
+        )
+    if shared is not None and workers > shared["UnreservedConcurrentExecutions"]:
+        raise ConfigError(
+            f"the job needs {workers} workers at once, but the account leaves "
+            f"{shared['UnreservedConcurrentExecutions']} of its {shared['ConcurrentExecutions']} concurrent "
+            "executions to functions without reserved concurrency; lower workers, or raise the account's "
+            "Lambda concurrency quota"
+        )
 
 
 def start(job: JobSpec, stack: Stack, *, job_id: str | None = None, resume: bool = False) -> tuple[str, int]:
@@ -199,6 +240,7 @@ class StackBackend(Backend):
         return stack_store(self.stack)
 
     def launch(self, job: JobSpec, *, job_id: str | None = None, resume: bool = False) -> Run:
+        check_concurrency(job, self.stack)
         started_id, number = start(job, self.stack, job_id=job_id, resume=resume)
         return Run(job, records.read_attempt(self.store(), started_id, number))
 
@@ -216,6 +258,7 @@ __all__ = [
     "StackBackend",
     "bind",
     "cancel",
+    "check_concurrency",
     "resolve_stack",
     "stack_store",
     "start",

@@ -36,6 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
     local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
     local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
     local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
+    local_up.add_argument(
+        "--account-concurrency",
+        type=int,
+        default=1000,
+        help="the account's concurrent Lambda executions, enforced and reported (default: %(default)s, as AWS)",
+    )
+    local_up.add_argument(
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a template parameter, e.g. WorkerReservedConcurrency=4 (repeatable)",
+    )
     local_down = local_commands.add_parser("down", help="stop the local stack")
     local_down.add_argument("--name", default="local")
 

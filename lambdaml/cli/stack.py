@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 
 from lambdaml.cli.output import console
+from lambdaml.errors import ConfigError
 
 
 def cmd_local(args: argparse.Namespace) -> int:
     from lambdaml.local import stack
 
     if args.local_command == "up":
-        record = stack.up(args.name, cache=args.cache)
+        parameters = dict(_key_value(item) for item in args.parameter)
+        record = stack.up(
+            args.name, cache=args.cache, parameters=parameters, account_concurrency=args.account_concurrency
+        )
         console.print(f"local stack {args.name!r} is up:")
         for service, url in sorted(record["endpoints"].items()):
             console.print(f"  {service:<15} {url}")
@@ -44,3 +48,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     status = StackBackend(resolve_stack(args.stack)).cancel(args.job_id)
     console.print(f"job {args.job_id}: {status.get('state')}")
     return 0
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--parameter wants KEY=VALUE, got {item!r}")
+    return key, value

@@ -35,6 +35,7 @@ CODE_KEY = "functions.zip"
 CREATE_TIMEOUT_S = 120.0
 # Parameters for a local stack: no VPC and no ElastiCache (a local cache stands in).
 LOCAL_PARAMETERS = {"ChannelCache": "None"}
+ACCOUNT_CONCURRENCY = 1000  # AWS's default quota of concurrent executions per region
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -80,10 +81,38 @@ def _code_zip() -> bytes:
     return buffer.getvalue()
 
 
-def _resolve(value: Any, parameters: dict[str, Any]) -> Any:
-    if isinstance(value, dict) and "Ref" in value:
-        return parameters[value["Ref"]]
+def _resolve(value: Any, parameters: dict[str, Any], conditions: dict[str, Any] | None = None) -> Any:
+    """A property's value with its parameters and conditions resolved (None for ``AWS::NoValue``)."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((tag, arg),) = value.items()
+        if tag == "Ref":
+            return None if arg == "AWS::NoValue" else parameters[arg]
+        if tag == "If":
+            name, when_true, when_false = arg
+            chosen = when_true if _condition(name, parameters, conditions or {}) else when_false
+            return _resolve(chosen, parameters, conditions)
     return value
+
+
+def _condition(name: str, parameters: dict[str, Any], conditions: dict[str, Any]) -> bool:
+    """A template condition built of Equals, Not, And, Or and Condition over parameters."""
+
+    def holds(node: Any) -> bool:
+        ((tag, arg),) = node.items()
+        if tag == "Equals":
+            left, right = (str(_resolve(a, parameters, conditions)) for a in arg)
+            return left == right
+        if tag == "Not":
+            return not holds(arg[0])
+        if tag == "And":
+            return all(holds(a) for a in arg)
+        if tag == "Or":
+            return any(holds(a) for a in arg)
+        if tag == "Condition":
+            return holds(conditions[arg])
+        raise ConfigError(f"the local stack cannot evaluate condition {name!r} ({tag})")
+
+    return holds(conditions[name])
 
 
 def function_configs(template: Path, outputs: dict[str, str], overrides: dict[str, Any]) -> list[dict[str, Any]]:
@@ -91,12 +120,15 @@ def function_configs(template: Path, outputs: dict[str, str], overrides: dict[st
     sam = yaml.load(template.read_text(), Loader=_CfnLoader)
     parameters = {k: str(v.get("Default", "")) for k, v in sam.get("Parameters", {}).items()}
     parameters.update(overrides)
+    conditions = sam.get("Conditions", {})
+    architectures = sam.get("Globals", {}).get("Function", {}).get("Architectures", ["x86_64"])
     configs = []
     for logical, output in (
         ("CoordinatorFunction", "CoordinatorFunctionName"),
         ("WorkerFunction", "WorkerFunctionName"),
     ):
         props = sam["Resources"][logical]["Properties"]
+        reserved = _resolve(props.get("ReservedConcurrentExecutions"), parameters, conditions)
         configs.append(
             {
                 "logical": logical,
@@ -105,13 +137,31 @@ def function_configs(template: Path, outputs: dict[str, str], overrides: dict[st
                 "code_dir": str(ROOT / str(props["CodeUri"]).rstrip("/")),
                 "timeout_s": float(_resolve(props.get("Timeout", 3), parameters)),
                 "memory_mb": int(_resolve(props.get("MemorySize", 128), parameters)),
+                "reserved_concurrency": None if reserved is None else int(reserved),
+                "architecture": str(_resolve(props.get("Architectures", architectures), parameters)[0]),
+                "description": str(props.get("Description", "")),
             }
         )
     return configs
 
 
-def up(name: str = "local", *, cache: str = "none", template: Path | None = None) -> dict[str, Any]:
-    """Start moto, the Lambda service and a cache; create the template's stack; record it."""
+def up(
+    name: str = "local",
+    *,
+    cache: str = "none",
+    template: Path | None = None,
+    parameters: dict[str, str] | None = None,
+    account_concurrency: int = ACCOUNT_CONCURRENCY,
+) -> dict[str, Any]:
+    """Start moto, the Lambda service and a cache; create the template's stack; record it.
+
+    ``parameters`` override the template's (``WorkerReservedConcurrency=4``, say);
+    ``account_concurrency`` is the account's concurrent executions the local Lambda service
+    enforces and reports, of which 100 (or a tenth, below 1000) stay unreserved as on AWS.
+    """
+    if account_concurrency < 1:
+        raise ConfigError(f"the account's concurrency must be >= 1, got {account_concurrency}")
+    overrides = dict(parameters or {})
     template = template or ROOT / "template.yaml"
     path = record_path(name)
     if path.exists():
@@ -122,7 +172,8 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
     try:
         moto = services.start_moto(log_path=workdir / "moto.log")
         started.append(moto)
-        translated = _translate(template, LOCAL_PARAMETERS, workdir / "template.json")
+        stack_parameters = {**overrides, **LOCAL_PARAMETERS}
+        translated = _translate(template, stack_parameters, workdir / "template.json")
         s3 = aws.client("s3", endpoint_url=moto.url)
         s3.create_bucket(Bucket=CODE_BUCKET)
         s3.put_object(Bucket=CODE_BUCKET, Key=CODE_KEY, Body=_code_zip())
@@ -131,7 +182,7 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
             StackName=name,
             TemplateBody=json.dumps(translated),
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
-            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in LOCAL_PARAMETERS.items()],
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in stack_parameters.items()],
         )
         outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
         extra: dict[str, str] = {}
@@ -145,7 +196,8 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
             "region": "us-east-1",
             "endpoints": {"s3": moto.url, "dynamodb": moto.url, "cloudformation": moto.url},
             "outputs": extra,
-            "functions": function_configs(template, outputs, {}),
+            "functions": function_configs(template, outputs, stack_parameters),
+            "account_concurrency": account_concurrency,
             "pids": [s.process.pid for s in started],
             "workdir": str(workdir),
         }
@@ -167,6 +219,11 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def unreserved_minimum(limit: int) -> int:
+    """What an account must leave unreserved: AWS keeps 100 of its default 1000; smaller local accounts a tenth."""
+    return min(100, limit // 10)
 
 
 def _wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
@@ -218,13 +275,20 @@ def serve(config_path: Path, port: int) -> None:
             code_dir=f["code_dir"],
             timeout_s=f["timeout_s"],
             memory_mb=f["memory_mb"],
+            reserved_concurrency=f.get("reserved_concurrency"),
+            architecture=f.get("architecture", "x86_64"),
+            description=f.get("description", ""),
             environment=environment,
             # As the template's EventInvokeConfig: a worker AWS gave up on goes to the coordinator.
             on_failure=names["CoordinatorFunction"] if f["logical"] == "WorkerFunction" else None,
         )
         for f in record["functions"]
     ]
-    service = LambdaService(functions, port=port, log_dir=Path(record["workdir"]))
+    limit = int(record.get("account_concurrency", ACCOUNT_CONCURRENCY))
+    service = LambdaService(
+        functions, port=port, log_dir=Path(record["workdir"]), max_concurrency=limit,
+        unreserved_minimum=unreserved_minimum(limit),
+    )  # fmt: skip
     service.start()
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))

@@ -35,7 +35,8 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     previous = os.environ.get("LAMBDAML_HOME")
     os.environ["LAMBDAML_HOME"] = str(home)
     try:
-        record = stack.up("e2e", cache="redis")
+        # The worker's reservation comes from the template's parameter, the account's limit from up().
+        record = stack.up("e2e", cache="redis", parameters={"WorkerReservedConcurrency": "8"}, account_concurrency=50)
         try:
             yield "e2e", record
         finally:
@@ -118,3 +119,40 @@ def test_status_reports_a_finished_job_and_rejects_an_unknown_one(
     )
     assert missing.returncode == 1
     assert "no job 'no-such-job'" in missing.stderr
+
+
+def test_a_job_wider_than_the_worker_concurrency_is_refused_before_any_worker_starts(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    name, record = local_stack
+    deployed = remote.resolve_stack(name)
+    client = deployed.client("lambda")
+    worker = deployed.output("WorkerFunctionName")
+    assert client.get_function_concurrency(FunctionName=worker)["ReservedConcurrentExecutions"] == 8
+    limits = client.get_account_settings()["AccountLimit"]
+    assert (limits["ConcurrentExecutions"], limits["UnreservedConcurrentExecutions"]) == (50, 42)
+    names = [f["FunctionName"] for f in client.list_functions()["Functions"]]
+    assert sorted(names) == sorted([worker, deployed.output("CoordinatorFunctionName")])
+
+    store = remote.stack_store(deployed)
+    X, y, _ = synthetic.higgs_like(400, seed=5)
+    shards.prepare(store, "narrow", X, y, shards=4)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**JOB, "name": "too-wide", "dataset": "narrow"}))
+    invocations = Path(record["workdir"]) / "invocations.jsonl"
+    before = invocations.read_text().count("\n") if invocations.exists() else 0
+    client.put_function_concurrency(FunctionName=worker, ReservedConcurrentExecutions=2)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lambdaml", "train", str(job_file), "--stack", name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        client.put_function_concurrency(FunctionName=worker, ReservedConcurrentExecutions=8)
+    assert done.returncode == 1, done.stderr
+    message = done.stderr.strip().splitlines()
+    assert len(message) == 1 and "needs 4 workers at once" in message[0] and "reserved concurrency of 2" in message[0]
+    after = invocations.read_text().count("\n") if invocations.exists() else 0
+    assert after == before, "nothing was invoked: not the coordinator, not a worker"

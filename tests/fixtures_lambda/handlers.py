@@ -81,3 +81,13 @@ def hog(event: Any, context: Any) -> int:
     block = b"\x01" * (int(event["mb"]) * 1024 * 1024)
     time.sleep(float(event.get("hold_s", 3)))
     return len(block)
+
+
+def hold(event: Any, context: Any) -> dict[str, Any]:
+    """Create event["started"], then wait (bounded) until event["release"] exists: busy until the test says."""
+    Path(event["started"]).touch()
+    release = Path(event["release"])
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"pid": os.getpid(), "released": release.exists()}

@@ -13,7 +13,11 @@ How it works, module by module (moto's per-service layout):
 - **Execution environments** ("sandboxes"; sandboxes, processes, functions): one
   ``python -m awslambdaric module.func`` process each, serving one invocation at a time and
   kept warm for the next. Each function has a pool that reuses an idle sandbox or starts a
-  new one, up to ``reserved_concurrency`` (or the service's ``max_concurrency``).
+  new one while the account's concurrency allows (concurrency): a function with
+  ``reserved_concurrency`` has that many busy sandboxes at most, and the others share what
+  is left of ``max_concurrency``, as Lambda counts concurrent executions.
+- **Control plane** (control_api): ListFunctions, GetFunction, GetFunctionConfiguration,
+  Get/Put/DeleteFunctionConcurrency and GetAccountSettings, with AWS's paths and shapes.
 - **Runtime API routing** (runtime_api, frontend): every sandbox polls the Runtime API on a
   loopback port of its own, so the port says which process is asking. All listening
   sockets (Invoke API and runtime ports) are served by one selector thread, which hands

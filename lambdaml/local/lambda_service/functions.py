@@ -6,19 +6,21 @@ pool together; the Invoke API, execution, the reaper and the memory watcher look
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 
 from lambdaml.errors import ConfigError
+from lambdaml.local.lambda_service.concurrency import Concurrency
 from lambdaml.local.lambda_service.models import FunctionConfig, LambdaServiceError
 from lambdaml.local.lambda_service.sandboxes import Pool
 
 
 class Functions:
-    """Function configurations by name and their pools; a pool's cap is the reserved or the service's concurrency."""
+    """Function configurations by name and their pools, under the account's concurrency."""
 
-    def __init__(self, max_concurrency: int) -> None:
-        self._max_concurrency = max_concurrency
+    def __init__(self, concurrency: Concurrency) -> None:
+        self.concurrency = concurrency
         self._lock = threading.RLock()
         self._functions: dict[str, FunctionConfig] = {}
         self._pools: dict[str, Pool] = {}
@@ -41,9 +43,18 @@ class Functions:
         return old
 
     def _add(self, fn: FunctionConfig) -> None:
-        cap = fn.reserved_concurrency if fn.reserved_concurrency is not None else self._max_concurrency
+        self.concurrency.reserve(fn.name, fn.reserved_concurrency)
         self._functions[fn.name] = fn
-        self._pools[fn.name] = Pool(fn, cap)
+        self._pools[fn.name] = Pool(fn, self.concurrency)
+
+    def reserve(self, name: str, executions: int | None) -> FunctionConfig:
+        """Set or remove a function's reserved concurrency; its warm sandboxes stay, as on AWS."""
+        with self._lock:
+            fn = dataclasses.replace(self._functions[name], reserved_concurrency=executions)
+            self.concurrency.reserve(name, executions)
+            self._functions[name] = fn
+            self._pools[name].fn = fn
+            return fn
 
     def _check_destination(self, fn: FunctionConfig) -> None:
         if isinstance(fn.on_failure, str) and fn.on_failure not in self._functions:

@@ -74,6 +74,11 @@ class FunctionConfig:
     reserved_concurrency: int | None = None
     max_retry_attempts: int = 2  # retries of a failed Event invocation (AWS: 0..2, default 2)
     on_failure: OnFailure = None  # after the last failed Event attempt: a callable or a function name
+    # What GetFunction reports; the service runs every function in the interpreter it was given.
+    runtime: str = "python3.11"
+    architecture: str = "x86_64"
+    description: str = ""
+    role: str = ""
 
     def __post_init__(self) -> None:
         where = f"function {self.name!r}"
@@ -90,6 +95,8 @@ class FunctionConfig:
             raise ConfigError(f"{where}: memory_mb must be in [128, 10240]")
         if self.reserved_concurrency is not None and self.reserved_concurrency < 0:
             raise ConfigError(f"{where}: reserved_concurrency must be >= 0")
+        if self.architecture not in ("x86_64", "arm64"):
+            raise ConfigError(f"{where}: architecture must be x86_64 or arm64")
         if not 0 <= self.max_retry_attempts <= 2:
             raise ConfigError(f"{where}: max_retry_attempts must be 0, 1 or 2")
         reserved = sorted(_RESERVED_ENV.intersection(self.environment))

@@ -2,7 +2,7 @@
 
 A ``Sandbox`` is one runtime process (``python -m awslambdaric``), its Runtime API port and
 the attempt it is running; its condition guards all of that. A ``Pool`` reuses an idle
-sandbox or makes a new one, up to the function's concurrency cap. Starting the process is
+sandbox or makes a new one while the account's concurrency (concurrency.py) allows. Starting the process is
 processes.py's job; this module only holds the state and how it settles an attempt when
 the process has gone.
 """
@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 
+from lambdaml.local.lambda_service.concurrency import Concurrency
 from lambdaml.local.lambda_service.models import Attempt, FunctionConfig, Stopping
 from lambdaml.local.lambda_service.responses import function_error
 
@@ -82,39 +83,46 @@ class Sandbox:
 
 
 class Pool:
-    """The sandboxes of one function: reuse an idle one, else start one, up to the concurrency cap."""
+    """The sandboxes of one function: reuse an idle one, else start one, while the account's concurrency allows."""
 
-    def __init__(self, fn: FunctionConfig, cap: int) -> None:
+    def __init__(self, fn: FunctionConfig, concurrency: Concurrency) -> None:
         self.fn = fn
-        self.cap = cap
-        self.cond = threading.Condition()
+        self.concurrency = concurrency
+        self.cond = concurrency.cond  # shared by every pool: a freed execution may be another function's room
         self.live: list[Sandbox] = []
         self.idle: list[Sandbox] = []  # a stack: the most recently used sandbox is reused first
+        self.busy: set[Sandbox] = set()
         self.closed = False
         self._ids = itertools.count(1)
 
     def acquire(self, wait_s: float) -> tuple[Sandbox, bool] | None:
-        """(sandbox, cold) or None when the cap is reached for ``wait_s``; a cold sandbox still needs a process."""
+        """(sandbox, cold) or None when no execution is free for ``wait_s``; a cold sandbox still needs a process."""
         deadline = time.monotonic() + wait_s
         with self.cond:
             while True:
                 if self.closed:
                     raise Stopping
-                while self.idle:
-                    sandbox = self.idle.pop()
-                    if not sandbox.dead and not sandbox.retired:
-                        return sandbox, False
-                if len(self.live) < self.cap:
-                    sandbox = Sandbox(self.fn, f"{self.fn.name}-{next(self._ids)}")
-                    self.live.append(sandbox)
-                    return sandbox, True
+                if self.concurrency.take(self.fn.name):
+                    return self._assign()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self.cond.wait(remaining)
 
+    def _assign(self) -> tuple[Sandbox, bool]:
+        while self.idle:
+            sandbox = self.idle.pop()
+            if not sandbox.dead and not sandbox.retired:
+                self.busy.add(sandbox)
+                return sandbox, False
+        sandbox = Sandbox(self.fn, f"{self.fn.name}-{next(self._ids)}")
+        self.live.append(sandbox)
+        self.busy.add(sandbox)
+        return sandbox, True
+
     def release(self, sandbox: Sandbox) -> None:
         with self.cond:
+            self._free(sandbox)
             if sandbox.dead or sandbox.retired or self.closed or sandbox not in self.live:
                 self._drop(sandbox)
             else:
@@ -123,8 +131,15 @@ class Pool:
 
     def discard(self, sandbox: Sandbox) -> None:
         with self.cond:
+            self._free(sandbox)
             self._drop(sandbox)
             self.cond.notify_all()
+
+    def _free(self, sandbox: Sandbox) -> None:
+        """Its execution ends (once, whoever of the executor and the reaper gets here first)."""
+        if sandbox in self.busy:
+            self.busy.discard(sandbox)
+            self.concurrency.give(self.fn.name)
 
     def _drop(self, sandbox: Sandbox) -> None:
         with contextlib.suppress(ValueError):

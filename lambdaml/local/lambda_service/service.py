@@ -23,6 +23,8 @@ from typing import Any
 
 from lambdaml.errors import ConfigError
 from lambdaml.local.lambda_service.async_delivery import AsyncDelivery
+from lambdaml.local.lambda_service.concurrency import Concurrency
+from lambdaml.local.lambda_service.control_api import ControlApi
 from lambdaml.local.lambda_service.execution import Executor
 from lambdaml.local.lambda_service.frontend import Frontend
 from lambdaml.local.lambda_service.functions import Functions
@@ -57,6 +59,7 @@ class LambdaService:
         region: str = "us-east-1",
         account_id: str = DEFAULT_ACCOUNT_ID,
         max_concurrency: int = 64,
+        unreserved_minimum: int = 0,
         retry_delays_s: Sequence[float] = (1.0, 2.0),
         init_timeout_s: float = 30.0,
         enforce_memory: bool = True,
@@ -65,14 +68,16 @@ class LambdaService:
         python: str = sys.executable,
         extra_environment: Mapping[str, str] | None = None,
     ) -> None:
-        """``retry_delays_s``: waits before async retries 1 and 2 (AWS: about 60 s and 120 s).
+        """``max_concurrency``: the account's concurrent executions (AWS's ConcurrentExecutions); functions
+        with reserved concurrency have theirs, the rest share what is left, of which ``unreserved_minimum``
+        cannot be reserved (AWS: 100).
+
+        ``retry_delays_s``: waits before async retries 1 and 2 (AWS: about 60 s and 120 s).
 
         ``init_timeout_s``: longest cold start (AWS allows 10 s; local imports of torch on a busy
         machine can take longer). ``extra_environment``: added to every runtime's environment
         (endpoints of the local stack, say); function environments override it.
         """
-        if max_concurrency < 1:
-            raise ConfigError("max_concurrency must be >= 1")
         if not retry_delays_s or any(d < 0 for d in retry_delays_s):
             raise ConfigError("retry_delays_s must be non-empty and non-negative")
         self._host, self._port = host, port
@@ -82,7 +87,7 @@ class LambdaService:
         self.log_dir: Path | None = None
 
         self._stopping = threading.Event()  # set once, by stop(); every part checks it
-        self._functions = Functions(max_concurrency)
+        self._functions = Functions(Concurrency(max_concurrency, unreserved_minimum))
         self._memory = MemoryWatcher(self._functions, enforce_memory, memory_check_interval_s, self._stopping)
         self._functions.add_all(functions)
 
@@ -106,7 +111,8 @@ class LambdaService:
         retry_delays = tuple(float(d) for d in retry_delays_s)
         self._delivery = AsyncDelivery(self._functions, self._executor, self.function_arn, retry_delays, self._stopping)
         invoke_api = InvokeApi(self._functions, self._executor, self._delivery, self.function_arn)
-        self._router = Router(invoke_api.routes())
+        control_api = ControlApi(self._functions, self.function_arn, invoke_api.resolve, account_id)
+        self._router = Router(invoke_api.routes() + control_api.routes())
 
     @classmethod
     def from_functions(cls, functions: Iterable[FunctionConfig], **options: Any) -> LambdaService:
