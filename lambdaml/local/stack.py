@@ -115,7 +115,19 @@ def _condition(name: str, parameters: dict[str, Any], conditions: dict[str, Any]
     return holds(conditions[name])
 
 
-def function_configs(template: Path, outputs: dict[str, str], overrides: dict[str, Any]) -> list[dict[str, Any]]:
+def _log_groups(cloudformation: Any, stack: str) -> dict[str, str]:
+    """Logical id -> name of the stack's log groups (what the functions' LoggingConfig names)."""
+    resources = cloudformation.describe_stack_resources(StackName=stack)["StackResources"]
+    return {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in resources
+        if r.get("ResourceType") == "AWS::Logs::LogGroup"
+    }
+
+
+def function_configs(
+    template: Path, outputs: dict[str, str], overrides: dict[str, Any], log_groups: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The template's zip functions as the local Lambda service needs them (plain data)."""
     sam = yaml.load(template.read_text(), Loader=_CfnLoader)
     parameters = {k: str(v.get("Default", "")) for k, v in sam.get("Parameters", {}).items()}
@@ -129,6 +141,7 @@ def function_configs(template: Path, outputs: dict[str, str], overrides: dict[st
     ):
         props = sam["Resources"][logical]["Properties"]
         reserved = _resolve(props.get("ReservedConcurrentExecutions"), parameters, conditions)
+        group = props.get("LoggingConfig", {}).get("LogGroup")  # a !Ref to the template's log group
         configs.append(
             {
                 "logical": logical,
@@ -140,6 +153,7 @@ def function_configs(template: Path, outputs: dict[str, str], overrides: dict[st
                 "reserved_concurrency": None if reserved is None else int(reserved),
                 "architecture": str(_resolve(props.get("Architectures", architectures), parameters)[0]),
                 "description": str(props.get("Description", "")),
+                "log_group": (log_groups or {}).get(group["Ref"], "") if isinstance(group, dict) else "",
             }
         )
     return configs
@@ -185,6 +199,7 @@ def up(
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in stack_parameters.items()],
         )
         outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
+        log_groups = _log_groups(cloudformation, name)
         extra: dict[str, str] = {}
         if cache in ("redis", "memcached"):
             server = services.start_redis if cache == "redis" else services.start_memcached
@@ -194,9 +209,9 @@ def up(
         record: dict[str, Any] = {
             "name": name,
             "region": "us-east-1",
-            "endpoints": {"s3": moto.url, "dynamodb": moto.url, "cloudformation": moto.url},
+            "endpoints": {"s3": moto.url, "dynamodb": moto.url, "cloudformation": moto.url, "logs": moto.url},
             "outputs": extra,
-            "functions": function_configs(template, outputs, stack_parameters),
+            "functions": function_configs(template, outputs, stack_parameters, log_groups),
             "account_concurrency": account_concurrency,
             "pids": [s.process.pid for s in started],
             "workdir": str(workdir),
@@ -278,6 +293,7 @@ def serve(config_path: Path, port: int) -> None:
             reserved_concurrency=f.get("reserved_concurrency"),
             architecture=f.get("architecture", "x86_64"),
             description=f.get("description", ""),
+            log_group=f.get("log_group", ""),
             environment=environment,
             # As the template's EventInvokeConfig: a worker AWS gave up on goes to the coordinator.
             on_failure=names["CoordinatorFunction"] if f["logical"] == "WorkerFunction" else None,
@@ -287,7 +303,7 @@ def serve(config_path: Path, port: int) -> None:
     limit = int(record.get("account_concurrency", ACCOUNT_CONCURRENCY))
     service = LambdaService(
         functions, port=port, log_dir=Path(record["workdir"]), max_concurrency=limit,
-        unreserved_minimum=unreserved_minimum(limit),
+        unreserved_minimum=unreserved_minimum(limit), logs_endpoint_url=record["endpoints"].get("logs"),
     )  # fmt: skip
     service.start()
     stop = {"now": False}

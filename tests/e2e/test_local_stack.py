@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,56 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
     # The result counts the same: one billed entry per worker invocation, cold starts marked.
     assert result.cost["lambda"]["invocations"] == len(workers)
     assert result.cost["lambda"]["cold_starts"] == sum(1 for r in workers if r["cold"])
+
+
+def test_function_logs_are_in_cloudwatch_logs_where_lambda_puts_them(local_stack: tuple[str, dict[str, Any]]) -> None:
+    name, record = local_stack
+    deployed = remote.resolve_stack(name)
+    worker = deployed.output("WorkerFunctionName")
+    group = deployed.client("lambda").get_function_configuration(FunctionName=worker)["LoggingConfig"]["LogGroup"]
+    assert group == next(f["log_group"] for f in record["functions"] if f["logical"] == "WorkerFunction") != ""
+    logs = deployed.client("logs")
+    messages: list[str] = []
+    deadline = time.monotonic() + 60  # lines are shipped in the background, in batches
+    while time.monotonic() < deadline:
+        pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+        messages = [e["message"] for page in pages for e in page["events"]]
+        if sum(m.startswith("REPORT RequestId:") for m in messages) >= 4:
+            break
+        time.sleep(0.5)
+    assert sum(m.startswith("START RequestId:") for m in messages) >= 4
+    assert sum(m.startswith("REPORT RequestId:") for m in messages) >= 4
+    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+    assert streams and all("/[$LATEST]" in s["logStreamName"] for s in streams)
+
+    # The AWS CLI reads the same, pointed at the local stack's endpoints.
+    cli = ROOT / ".venv-awscli" / "bin" / "aws"
+    if cli.exists():
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+
+        def aws(service: str, *args: str) -> Any:
+            url = deployed.endpoints[service]
+            done = subprocess.run(
+                [str(cli), "--endpoint-url", url, "--output", "json", service, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        listed = aws("lambda", "list-functions")["Functions"]
+        assert worker in [f["FunctionName"] for f in listed]
+        events = aws("logs", "filter-log-events", "--log-group-name", group, "--filter-pattern", "REPORT")["events"]
+        assert events and all("REPORT RequestId:" in e["message"] for e in events)
 
 
 def test_status_reports_a_finished_job_and_rejects_an_unknown_one(

@@ -169,7 +169,7 @@ class ControlApi:
             "PackageType": "Zip",
             "Architectures": [fn.architecture],
             "EphemeralStorage": {"Size": 512},
-            "LoggingConfig": {"LogFormat": "Text", "LogGroup": f"/aws/lambda/{fn.name}"},
+            "LoggingConfig": {"LogFormat": "Text", "LogGroup": fn.log_group_name},
         }
 
     def _code_of(self, fn: FunctionConfig) -> tuple[int, str]:

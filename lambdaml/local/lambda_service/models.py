@@ -79,6 +79,11 @@ class FunctionConfig:
     architecture: str = "x86_64"
     description: str = ""
     role: str = ""
+    log_group: str = ""  # its LoggingConfig's group; Lambda's default is /aws/lambda/<name>
+
+    @property
+    def log_group_name(self) -> str:
+        return self.log_group or f"/aws/lambda/{self.name}"
 
     def __post_init__(self) -> None:
         where = f"function {self.name!r}"

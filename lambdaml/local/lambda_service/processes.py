@@ -13,9 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from lambdaml import settings
 from lambdaml.local.lambda_service.frontend import Frontend
@@ -86,7 +84,6 @@ class Spawner:
         fn = sandbox.fn
         code_dir = os.path.abspath(os.fspath(fn.code_dir))
         env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-        today = datetime.now(UTC).strftime("%Y/%m/%d")
         env.update(
             {
                 "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{sandbox.port}",
@@ -96,8 +93,8 @@ class Spawner:
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.memory_mb),
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": f"{fn.timeout_s:g}",
                 "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
-                "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{fn.name}",
-                "AWS_LAMBDA_LOG_STREAM_NAME": f"{today}/[{LATEST}]{uuid.uuid4().hex}",
+                "AWS_LAMBDA_LOG_GROUP_NAME": fn.log_group_name,
+                "AWS_LAMBDA_LOG_STREAM_NAME": sandbox.log_stream,
                 "AWS_EXECUTION_ENV": f"AWS_Lambda_python{sys.version_info.major}.{sys.version_info.minor}",
                 "AWS_REGION": self._region,
                 "AWS_DEFAULT_REGION": self._region,
@@ -136,7 +133,7 @@ class Spawner:
         assert sandbox.process is not None and sandbox.process.stdout is not None
         with sandbox.process.stdout as out:
             for line in iter(out.readline, b""):
-                self._records.write(sandbox.fn.name, line)
+                self._records.write(sandbox, line)
                 attempt = sandbox.current
                 if attempt is not None and attempt.tail is not None:
                     attempt.tail.append(line)

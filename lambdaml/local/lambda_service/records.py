@@ -2,7 +2,7 @@
 
 Records (cold or warm, duration, billed duration, memory, status) are kept in memory and as
 JSON lines in ``invocations.jsonl``; handler output goes to ``<function>.log`` with the
-START/END/REPORT lines of CloudWatch's format.
+START/END/REPORT lines of CloudWatch's format, and to CloudWatch Logs when a shipper is set.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from lambdaml.local.lambda_service.cloudwatch import LogShipper
 from lambdaml.local.lambda_service.memory import peak_rss_mb
 from lambdaml.local.lambda_service.models import Attempt, InvocationRecord
 from lambdaml.local.lambda_service.sandboxes import Sandbox
@@ -30,6 +31,7 @@ class InvocationLog:
         self._records: list[InvocationRecord] = []
         self._records_lock = threading.Lock()
         self._jsonl: IO[str] | None = None
+        self.shipper: LogShipper | None = None
 
     def open(self, log_dir: Path, jsonl_path: Path) -> None:
         self._log_dir = log_dir
@@ -93,10 +95,19 @@ class InvocationLog:
         lines = f"END RequestId: {record.request_id}\n{report}\n".encode()
         if attempt.tail is not None:
             attempt.tail.append(lines)
-        self.write(attempt.fn.name, lines)
+        if sandbox is not None:
+            self.write(sandbox, lines)
+        else:  # it never got a sandbox (a start error): its log file still says so
+            self._append(attempt.fn.name, lines)
         return record
 
-    def write(self, function: str, data: bytes) -> None:
+    def write(self, sandbox: Sandbox, data: bytes) -> None:
+        """A sandbox's log lines: to its function's log file, and to CloudWatch Logs when shipping."""
+        self._append(sandbox.fn.name, data)
+        if self.shipper is not None:
+            self.shipper.ship(sandbox.fn.log_group_name, sandbox.log_stream, data)
+
+    def _append(self, function: str, data: bytes) -> None:
         """Append to the function's log file (opened on first use, while the service runs)."""
         with self._files_lock:
             f = self._fn_logs.get(function)

@@ -113,7 +113,7 @@ class RuntimeApi:
         start_line = f"START RequestId: {attempt.request_id} Version: {LATEST}\n".encode()
         if attempt.tail is not None:
             attempt.tail.append(start_line)
-        self._records.write(attempt.fn.name, start_line)
+        self._records.write(sandbox, start_line)
         headers = {
             "Content-Type": "application/json",
             "Lambda-Runtime-Aws-Request-Id": attempt.request_id,

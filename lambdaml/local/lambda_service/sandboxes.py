@@ -17,9 +17,10 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 
 from lambdaml.local.lambda_service.concurrency import Concurrency
-from lambdaml.local.lambda_service.models import Attempt, FunctionConfig, Stopping
+from lambdaml.local.lambda_service.models import LATEST, Attempt, FunctionConfig, Stopping
 from lambdaml.local.lambda_service.responses import function_error
 
 
@@ -41,6 +42,8 @@ class Sandbox:
         self.oom = False
         self.init_error: bytes | None = None
         self.threads: list[threading.Thread] = []
+        # Lambda's stream name: the day, the version and the environment's own id.
+        self.log_stream = f"{time.strftime('%Y/%m/%d', time.gmtime())}/[{LATEST}]{uuid.uuid4().hex}"
 
     @property
     def pid(self) -> int | None:

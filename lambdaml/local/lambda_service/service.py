@@ -23,6 +23,7 @@ from typing import Any
 
 from lambdaml.errors import ConfigError
 from lambdaml.local.lambda_service.async_delivery import AsyncDelivery
+from lambdaml.local.lambda_service.cloudwatch import LogShipper
 from lambdaml.local.lambda_service.concurrency import Concurrency
 from lambdaml.local.lambda_service.control_api import ControlApi
 from lambdaml.local.lambda_service.execution import Executor
@@ -67,6 +68,7 @@ class LambdaService:
         log_dir: str | os.PathLike[str] | None = None,
         python: str = sys.executable,
         extra_environment: Mapping[str, str] | None = None,
+        logs_endpoint_url: str | None = None,
     ) -> None:
         """``max_concurrency``: the account's concurrent executions (AWS's ConcurrentExecutions); functions
         with reserved concurrency have theirs, the rest share what is left, of which ``unreserved_minimum``
@@ -77,6 +79,7 @@ class LambdaService:
         ``init_timeout_s``: longest cold start (AWS allows 10 s; local imports of torch on a busy
         machine can take longer). ``extra_environment``: added to every runtime's environment
         (endpoints of the local stack, say); function environments override it.
+        ``logs_endpoint_url``: a CloudWatch Logs endpoint (moto) to ship function logs to, as Lambda does.
         """
         if not retry_delays_s or any(d < 0 for d in retry_delays_s):
             raise ConfigError("retry_delays_s must be non-empty and non-negative")
@@ -98,6 +101,7 @@ class LambdaService:
         self._threads: list[threading.Thread] = []
 
         self._records = InvocationLog(self._stopping)
+        self._logs_endpoint_url = logs_endpoint_url
         self._spawner = Spawner(
             self._functions,
             self._records,
@@ -129,6 +133,8 @@ class LambdaService:
             self.log_dir = Path(self._log_dir_arg or tempfile.mkdtemp(prefix="lambdaml-lambda-"))
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self._records.open(self.log_dir, self.invocation_log_path)
+            if self._logs_endpoint_url:
+                self._records.shipper = LogShipper(self._logs_endpoint_url, self.region)
             self._frontend = self._spawner.frontend = Frontend()
             self._sock = self._frontend.listen(self._host, self._port, self._router.serve)
             self._port = int(self._sock.getsockname()[1])
@@ -161,6 +167,8 @@ class LambdaService:
         self._frontend.close()
         for thread in self._threads:
             thread.join(JOIN_S)
+        if self._records.shipper is not None:
+            self._records.shipper.close()
         self._records.close()
         log.info("local Lambda service on %s stopped", self.url)
 
