@@ -27,7 +27,7 @@ import yaml
 from lambdaml import aws, keys, settings
 from lambdaml.backends.stack import local_stacks
 from lambdaml.errors import ConfigError, LambdaMLError
-from lambdaml.local import services
+from lambdaml.local import artifacts, services
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_BUCKET = "lambdaml-local-code"
@@ -36,6 +36,7 @@ CREATE_TIMEOUT_S = 120.0
 # Parameters for a local stack: no VPC and no ElastiCache (a local cache stands in).
 LOCAL_PARAMETERS = {"ChannelCache": "None"}
 ACCOUNT_CONCURRENCY = 1000  # AWS's default quota of concurrent executions per region
+TORCH_IMAGE = "lambdaml-local/torch-worker:latest"  # stands in for the ECR image; never pulled
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -81,81 +82,108 @@ def _code_zip() -> bytes:
     return buffer.getvalue()
 
 
-def _resolve(value: Any, parameters: dict[str, Any], conditions: dict[str, Any] | None = None) -> Any:
-    """A property's value with its parameters and conditions resolved (None for ``AWS::NoValue``)."""
-    if isinstance(value, dict) and len(value) == 1:
-        ((tag, arg),) = value.items()
-        if tag == "Ref":
-            return None if arg == "AWS::NoValue" else parameters[arg]
-        if tag == "If":
-            name, when_true, when_false = arg
-            chosen = when_true if _condition(name, parameters, conditions or {}) else when_false
-            return _resolve(chosen, parameters, conditions)
-    return value
+class _Template:
+    """The template's values as CloudFormation resolves them for one stack: parameters, conditions, resources."""
 
+    def __init__(self, sam: dict[str, Any], parameters: dict[str, str], resources: dict[str, str]) -> None:
+        self.sam = sam
+        self.parameters = {k: str(v.get("Default", "")) for k, v in sam.get("Parameters", {}).items()}
+        self.parameters.update(parameters)
+        self.conditions: dict[str, Any] = sam.get("Conditions", {})
+        self.resources = resources  # logical id -> physical id
 
-def _condition(name: str, parameters: dict[str, Any], conditions: dict[str, Any]) -> bool:
-    """A template condition built of Equals, Not, And, Or and Condition over parameters."""
+    def resolve(self, value: Any) -> Any:
+        """A property's value (None for ``AWS::NoValue`` or a value only another stack could have)."""
+        if isinstance(value, dict) and len(value) == 1:
+            ((tag, arg),) = value.items()
+            if tag == "Ref":
+                if arg == "AWS::NoValue":
+                    return None
+                return self.parameters[arg] if arg in self.parameters else self.resources.get(arg)
+            if tag == "If":
+                name, when_true, when_false = arg
+                return self.resolve(when_true if self.holds(self.conditions[name]) else when_false)
+            if tag == "GetAtt":
+                return None  # only under conditions the local stack does not meet (ElastiCache)
+        return value
 
-    def holds(node: Any) -> bool:
+    def holds(self, node: Any) -> bool:
+        """A condition built of Equals, Not, And, Or and Condition over parameters."""
         ((tag, arg),) = node.items()
         if tag == "Equals":
-            left, right = (str(_resolve(a, parameters, conditions)) for a in arg)
+            left, right = (str(self.resolve(a)) for a in arg)
             return left == right
         if tag == "Not":
-            return not holds(arg[0])
+            return not self.holds(arg[0])
         if tag == "And":
-            return all(holds(a) for a in arg)
+            return all(self.holds(a) for a in arg)
         if tag == "Or":
-            return any(holds(a) for a in arg)
+            return any(self.holds(a) for a in arg)
         if tag == "Condition":
-            return holds(conditions[arg])
-        raise ConfigError(f"the local stack cannot evaluate condition {name!r} ({tag})")
+            return self.holds(self.conditions[arg])
+        raise ConfigError(f"the local stack cannot evaluate a condition with {tag}")
 
-    return holds(conditions[name])
+    def function(self, logical: str) -> dict[str, Any] | None:
+        """One function's properties over the template's Globals, or None if its condition is false."""
+        resource = self.sam["Resources"][logical]
+        if "Condition" in resource and not self.holds(self.conditions[resource["Condition"]]):
+            return None
+        defaults = self.sam.get("Globals", {}).get("Function", {})
+        props = {**defaults, **resource["Properties"]}
+        variables = {
+            **defaults.get("Environment", {}).get("Variables", {}),
+            **resource["Properties"].get("Environment", {}).get("Variables", {}),
+        }
+        props["Environment"] = {k: self.resolve(v) for k, v in variables.items()}
+        return props
 
 
-def _log_groups(cloudformation: Any, stack: str) -> dict[str, str]:
-    """Logical id -> name of the stack's log groups (what the functions' LoggingConfig names)."""
+def _physical_ids(cloudformation: Any, stack: str) -> dict[str, str]:
     resources = cloudformation.describe_stack_resources(StackName=stack)["StackResources"]
-    return {
-        r["LogicalResourceId"]: r["PhysicalResourceId"]
-        for r in resources
-        if r.get("ResourceType") == "AWS::Logs::LogGroup"
-    }
+    return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if r.get("PhysicalResourceId")}
+
+
+#: The template's functions and the output naming each.
+FUNCTIONS = (
+    ("CoordinatorFunction", "CoordinatorFunctionName"),
+    ("WorkerFunction", "WorkerFunctionName"),
+    ("TorchWorkerFunction", "TorchWorkerFunctionName"),
+)
 
 
 def function_configs(
-    template: Path, outputs: dict[str, str], overrides: dict[str, Any], log_groups: dict[str, str] | None = None
+    template: Path, outputs: dict[str, str], overrides: dict[str, Any], resources: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    """The template's zip functions as the local Lambda service needs them (plain data)."""
+    """The template's functions as the local Lambda service needs them (plain data), from their artifacts.
+
+    Zip functions run from their ``sam build`` directory; the image function (the torch worker,
+    when the stack has one) from the environment built of its image's files.
+    """
     sam = yaml.load(template.read_text(), Loader=_CfnLoader)
-    parameters = {k: str(v.get("Default", "")) for k, v in sam.get("Parameters", {}).items()}
-    parameters.update(overrides)
-    conditions = sam.get("Conditions", {})
-    architectures = sam.get("Globals", {}).get("Function", {}).get("Architectures", ["x86_64"])
+    values = _Template(sam, {k: str(v) for k, v in overrides.items()}, resources or {})
     configs = []
-    for logical, output in (
-        ("CoordinatorFunction", "CoordinatorFunctionName"),
-        ("WorkerFunction", "WorkerFunctionName"),
-    ):
-        props = sam["Resources"][logical]["Properties"]
-        reserved = _resolve(props.get("ReservedConcurrentExecutions"), parameters, conditions)
-        group = props.get("LoggingConfig", {}).get("LogGroup")  # a !Ref to the template's log group
-        configs.append(
-            {
-                "logical": logical,
-                "name": outputs[output],
-                "handler": props["Handler"],
-                "code_dir": str(ROOT / str(props["CodeUri"]).rstrip("/")),
-                "timeout_s": float(_resolve(props.get("Timeout", 3), parameters)),
-                "memory_mb": int(_resolve(props.get("MemorySize", 128), parameters)),
-                "reserved_concurrency": None if reserved is None else int(reserved),
-                "architecture": str(_resolve(props.get("Architectures", architectures), parameters)[0]),
-                "description": str(props.get("Description", "")),
-                "log_group": (log_groups or {}).get(group["Ref"], "") if isinstance(group, dict) else "",
-            }
-        )
+    for logical, output in FUNCTIONS:
+        props = values.function(logical)
+        if props is None or output not in outputs:
+            continue
+        reserved = values.resolve(props.get("ReservedConcurrentExecutions"))
+        group = values.resolve(props.get("LoggingConfig", {}).get("LogGroup"))
+        config: dict[str, Any] = {
+            "logical": logical,
+            "name": outputs[output],
+            "timeout_s": float(values.resolve(props.get("Timeout", 3))),
+            "memory_mb": int(values.resolve(props.get("MemorySize", 128))),
+            "reserved_concurrency": None if reserved is None else int(reserved),
+            "architecture": str(values.resolve(props.get("Architectures", ["x86_64"]))[0]),
+            "description": str(props.get("Description", "")),
+            "log_group": str(group or ""),
+            "environment": {k: "" if v is None else str(v) for k, v in props["Environment"].items()},
+        }
+        if props.get("PackageType") == "Image":
+            config.update(handler="worker.app.handler", image=True)  # the Dockerfile's CMD
+        else:
+            config.update(handler=props["Handler"], code=logical)
+        configs.append(config)
     return configs
 
 
@@ -166,22 +194,32 @@ def up(
     template: Path | None = None,
     parameters: dict[str, str] | None = None,
     account_concurrency: int = ACCOUNT_CONCURRENCY,
+    torch: bool = False,
+    build_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Start moto, the Lambda service and a cache; create the template's stack; record it.
 
-    ``parameters`` override the template's (``WorkerReservedConcurrency=4``, say);
-    ``account_concurrency`` is the account's concurrent executions the local Lambda service
-    enforces and reports, of which 100 (or a tenth, below 1000) stay unreserved as on AWS.
+    The functions run from their artifacts (``artifacts``): ``build_dir`` is a ``sam build``
+    output to use instead of building one. ``torch`` adds the torch worker (the image function),
+    run from an environment built of ``functions/worker_image/``. ``parameters`` override the
+    template's (``WorkerReservedConcurrency=4``, say); ``account_concurrency`` is the account's
+    concurrent executions the local Lambda service enforces and reports, of which 100 (or a
+    tenth, below 1000) stay unreserved as on AWS.
     """
     if account_concurrency < 1:
         raise ConfigError(f"the account's concurrency must be >= 1, got {account_concurrency}")
     overrides = dict(parameters or {})
+    if torch:
+        overrides.setdefault("TorchImageUri", TORCH_IMAGE)
     template = template or ROOT / "template.yaml"
     path = record_path(name)
     if path.exists():
         raise ConfigError(f"local stack {name!r} is already up ({path}); run 'lambdaml local down' first")
     workdir = settings.home() / "local" / name
     workdir.mkdir(parents=True, exist_ok=True)
+    built = build_dir or artifacts.sam_build(template)
+    runtime = artifacts.runtime_layer()
+    torch_env = artifacts.torch_worker() if torch else None
     started: list[services.Service] = []
     try:
         moto = services.start_moto(log_path=workdir / "moto.log")
@@ -199,7 +237,7 @@ def up(
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in stack_parameters.items()],
         )
         outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
-        log_groups = _log_groups(cloudformation, name)
+        resources = _physical_ids(cloudformation, name)
         extra: dict[str, str] = {}
         if cache in ("redis", "memcached"):
             server = services.start_redis if cache == "redis" else services.start_memcached
@@ -211,7 +249,9 @@ def up(
             "region": "us-east-1",
             "endpoints": {"s3": moto.url, "dynamodb": moto.url, "cloudformation": moto.url, "logs": moto.url},
             "outputs": extra,
-            "functions": function_configs(template, outputs, stack_parameters, log_groups),
+            "functions": _placed(function_configs(template, outputs, stack_parameters, resources), built, torch_env),
+            "runtime_dir": str(runtime),
+            "cache": cache,
             "account_concurrency": account_concurrency,
             "pids": [s.process.pid for s in started],
             "workdir": str(workdir),
@@ -234,6 +274,21 @@ def up(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def _placed(configs: list[dict[str, Any]], built: Path, torch_env: tuple[Path, Path] | None) -> list[dict[str, Any]]:
+    """Each function's code folder (and layers): its build directory, or the torch worker's environment."""
+    for config in configs:
+        if config.pop("image", False):
+            if torch_env is None:
+                raise ConfigError("the stack has a torch worker, but no environment for it: use --torch")
+            config.update(code_dir=str(torch_env[0]), layers=[str(torch_env[1])])
+        else:
+            code = built / config.pop("code")
+            if not (code / config["handler"].rsplit(".", 2)[0]).is_dir():
+                raise ConfigError(f"{code} holds no {config['handler']!r}: is {built} a sam build of this template?")
+            config.update(code_dir=str(code), layers=[])
+    return configs
 
 
 def unreserved_minimum(limit: int) -> int:
@@ -275,35 +330,48 @@ def serve(config_path: Path, port: int) -> None:
 
     record = json.loads(config_path.read_text())
     moto = record["endpoints"]["s3"]
-    lambda_url = f"http://127.0.0.1:{port}"
     names = {f["logical"]: f["name"] for f in record["functions"]}
-    environment = {
+    # What differs from AWS: the endpoints, and the local cache standing in for ElastiCache.
+    local = {
         "AWS_ENDPOINT_URL_S3": moto,
         "AWS_ENDPOINT_URL_DYNAMODB": moto,
-        "AWS_ENDPOINT_URL_LAMBDA": lambda_url,
-        "LAMBDAML_WORKER_FUNCTION": names["WorkerFunction"],
+        "AWS_ENDPOINT_URL_LOGS": moto,
+        "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{port}",
     }
+    endpoint = record.get("outputs", {}).get("CacheEndpoint")
+    if endpoint:
+        host, _, cache_port = endpoint.partition(":")
+        local.update(
+            {
+                settings.ENV_CACHE_KIND: record["cache"],
+                settings.ENV_CACHE_HOST: host,
+                settings.ENV_CACHE_PORT: cache_port,
+                settings.ENV_CACHE_TLS: "false",
+            }
+        )
     functions = [
         FunctionConfig(
             name=f["name"],
             handler=f["handler"],
             code_dir=f["code_dir"],
+            layers=tuple(f["layers"]),
             timeout_s=f["timeout_s"],
             memory_mb=f["memory_mb"],
-            reserved_concurrency=f.get("reserved_concurrency"),
-            architecture=f.get("architecture", "x86_64"),
-            description=f.get("description", ""),
-            log_group=f.get("log_group", ""),
-            environment=environment,
-            # As the template's EventInvokeConfig: a worker AWS gave up on goes to the coordinator.
-            on_failure=names["CoordinatorFunction"] if f["logical"] == "WorkerFunction" else None,
+            reserved_concurrency=f["reserved_concurrency"],
+            architecture=f["architecture"],
+            description=f["description"],
+            log_group=f["log_group"],
+            environment={**f["environment"], **local},
+            # As the template's EventInvokeConfigs: a worker AWS gave up on goes to the coordinator.
+            on_failure=names["CoordinatorFunction"] if f["logical"] != "CoordinatorFunction" else None,
         )
         for f in record["functions"]
     ]
     limit = int(record.get("account_concurrency", ACCOUNT_CONCURRENCY))
     service = LambdaService(
         functions, port=port, log_dir=Path(record["workdir"]), max_concurrency=limit,
-        unreserved_minimum=unreserved_minimum(limit), logs_endpoint_url=record["endpoints"].get("logs"),
+        unreserved_minimum=unreserved_minimum(limit), logs_endpoint_url=record["endpoints"]["logs"],
+        runtime_dir=record["runtime_dir"],
     )  # fmt: skip
     service.start()
     stop = {"now": False}

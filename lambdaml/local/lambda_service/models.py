@@ -80,6 +80,7 @@ class FunctionConfig:
     description: str = ""
     role: str = ""
     log_group: str = ""  # its LoggingConfig's group; Lambda's default is /aws/lambda/<name>
+    layers: tuple[str, ...] = ()  # folders on sys.path after the task root (Lambda's /opt/python)
 
     @property
     def log_group_name(self) -> str:

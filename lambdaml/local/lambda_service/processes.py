@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from lambdaml import settings
 from lambdaml.local.lambda_service.frontend import Frontend
 from lambdaml.local.lambda_service.functions import Functions
-from lambdaml.local.lambda_service.models import LATEST, Stopping
+from lambdaml.local.lambda_service.models import LATEST, FunctionConfig, Stopping
 from lambdaml.local.lambda_service.records import InvocationLog
 from lambdaml.local.lambda_service.runtime_api import RuntimeApi
 from lambdaml.local.lambda_service.sandboxes import Sandbox
@@ -26,6 +26,13 @@ from lambdaml.local.lambda_service.sandboxes import Sandbox
 log = logging.getLogger(__name__)
 
 _INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH")
+# Run with a runtime layer, the interpreter sees the standard library and exactly what Lambda's
+# would: the task root, the function's layers, then the runtime's own packages (-I -S: no site,
+# no PYTHON* variables, no current directory).
+_BOOTSTRAP = (
+    "import runpy, sys; handler, *paths = sys.argv[1:]; sys.path[:0] = paths; "
+    "sys.argv = ['awslambdaric', handler]; runpy.run_module('awslambdaric', run_name='__main__', alter_sys=True)"
+)
 
 
 class Spawner:
@@ -38,6 +45,7 @@ class Spawner:
         runtime_api: RuntimeApi,
         *,
         python: str,
+        runtime_dir: str | None,
         region: str,
         extra_environment: Mapping[str, str],
         stopping: threading.Event,
@@ -47,6 +55,7 @@ class Spawner:
         self._records = records
         self._runtime_api = runtime_api
         self._python = python
+        self._runtime_dir = runtime_dir
         self._region = region
         self._extra_env = dict(extra_environment)
         self._stopping = stopping
@@ -61,7 +70,7 @@ class Spawner:
         sandbox.spawned_mono = time.monotonic()
         try:
             sandbox.process = subprocess.Popen(
-                [self._python, "-m", "awslambdaric", fn.handler],
+                self.command(fn),
                 cwd=os.fspath(fn.code_dir),
                 env=self.environment(sandbox),
                 stdin=subprocess.DEVNULL,
@@ -79,6 +88,12 @@ class Spawner:
             sandbox.threads.append(thread)
         if self._stopping.is_set():
             sandbox.kill()
+
+    def command(self, fn: FunctionConfig) -> list[str]:
+        if self._runtime_dir is None:  # the service's own interpreter and its packages (tests' handlers)
+            return [self._python, "-m", "awslambdaric", fn.handler]
+        paths = [os.path.abspath(os.fspath(fn.code_dir)), *fn.layers, self._runtime_dir]
+        return [self._python, "-I", "-S", "-u", "-c", _BOOTSTRAP, fn.handler, *paths]
 
     def environment(self, sandbox: Sandbox) -> dict[str, str]:
         fn = sandbox.fn
@@ -101,6 +116,7 @@ class Spawner:
                 "AWS_ACCESS_KEY_ID": settings.LOCAL_ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": settings.LOCAL_SECRET_KEY,
                 "LAMBDA_TASK_ROOT": code_dir,
+                "LAMBDA_RUNTIME_DIR": self._runtime_dir or "",
                 "PYTHONPATH": code_dir,
                 "PYTHONUNBUFFERED": "1",
                 "TZ": ":UTC",

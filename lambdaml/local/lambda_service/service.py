@@ -67,6 +67,7 @@ class LambdaService:
         memory_check_interval_s: float = 0.05,
         log_dir: str | os.PathLike[str] | None = None,
         python: str = sys.executable,
+        runtime_dir: str | os.PathLike[str] | None = None,
         extra_environment: Mapping[str, str] | None = None,
         logs_endpoint_url: str | None = None,
     ) -> None:
@@ -79,6 +80,8 @@ class LambdaService:
         ``init_timeout_s``: longest cold start (AWS allows 10 s; local imports of torch on a busy
         machine can take longer). ``extra_environment``: added to every runtime's environment
         (endpoints of the local stack, say); function environments override it.
+        ``runtime_dir``: the packages Lambda's runtime provides (awslambdaric, boto3); when given, a
+        function's interpreter sees only its code, its layers and these, as on Lambda.
         ``logs_endpoint_url``: a CloudWatch Logs endpoint (moto) to ship function logs to, as Lambda does.
         """
         if not retry_delays_s or any(d < 0 for d in retry_delays_s):
@@ -107,6 +110,7 @@ class LambdaService:
             self._records,
             RuntimeApi(self._records, self.function_arn, self._stopping),
             python=python,
+            runtime_dir=os.fspath(runtime_dir) if runtime_dir is not None else None,
             region=region,
             extra_environment=extra_environment or {},
             stopping=self._stopping,

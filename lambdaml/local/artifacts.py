@@ -1,0 +1,131 @@
+"""What the local stack runs: the functions as ``sam build`` built them, the layer Lambda's
+python3.11 runtime provides, and the torch worker's environment built from its image's files.
+
+Nothing of the development venv reaches a function: each runs from its build directory with
+the runtime layer (awslambdaric, and the boto3/botocore the runtime bundles) beside it, so a
+package that ``functions/requirements.txt`` lacks fails here as it would on AWS. Each
+artifact is built once and rebuilt when what it is made of changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lambdaml.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+SAM_BUILD = BUILD / "sam"
+RUNTIME_LAYER = BUILD / "lambda-runtime"
+TORCH_WORKER = BUILD / "torch-worker"
+RUNTIME_REQUIREMENTS = ROOT / "requirements-lambda-runtime.txt"
+BUILD_TIMEOUT_S = 900.0
+# As the Makefile's SAM_OFFLINE: nothing a build does may reach AWS.
+_OFFLINE = {
+    "AWS_ACCESS_KEY_ID": "dummy",
+    "AWS_SECRET_ACCESS_KEY": "dummy",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "SAM_CLI_TELEMETRY": "0",
+}
+
+
+def _newest_source(*roots: Path) -> float:
+    """The latest modification time of any file under ``roots`` (links followed, caches skipped)."""
+    newest = 0.0
+    for root in roots:
+        if root.is_file():
+            newest = max(newest, root.stat().st_mtime)
+            continue
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                newest = max(newest, (Path(folder) / name).stat().st_mtime)
+    return newest
+
+
+def _run(command: list[str], what: str, *, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    log.info("building %s: %s", what, " ".join(command))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"building {what} took over {BUILD_TIMEOUT_S:g}s") from None
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ConfigError(f"building {what} failed: {last[0]}")
+
+
+def sam_build(template: Path) -> Path:
+    """The template's zip functions, built by ``sam build`` (what ``sam deploy`` would upload)."""
+    stamp = SAM_BUILD / "template.yaml"
+    sources = _newest_source(ROOT / "functions", template)
+    if stamp.exists() and stamp.stat().st_mtime >= sources:
+        return SAM_BUILD
+    sam = ROOT / ".venv-sam" / "bin" / "sam"
+    if not sam.exists():
+        raise ConfigError("sam is missing: run 'make sam-env' first")
+    shutil.rmtree(SAM_BUILD, ignore_errors=True)
+    command = [str(sam), "build", "-t", str(template), "--build-dir", str(SAM_BUILD)]
+    _run(command, "the functions (sam build)", cwd=ROOT, env={**os.environ, **_OFFLINE})
+    return SAM_BUILD
+
+
+def _fingerprint(*files: Path) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _pip_target(target: Path, requirements: list[Path], what: str, *, no_deps: bool) -> None:
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"]
+    command += [str(target)] + (["--no-deps"] if no_deps else [])
+    for path in requirements:
+        command += ["-r", str(path)]
+    _run(command, what)
+
+
+def runtime_layer() -> Path:
+    """awslambdaric and the runtime's SDK, pinned in requirements-lambda-runtime.txt."""
+    stamp = RUNTIME_LAYER / ".fingerprint"
+    wanted = _fingerprint(RUNTIME_REQUIREMENTS)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return RUNTIME_LAYER
+    shutil.rmtree(RUNTIME_LAYER, ignore_errors=True)
+    _pip_target(RUNTIME_LAYER, [RUNTIME_REQUIREMENTS], "the Lambda runtime layer", no_deps=True)
+    stamp.write_text(wanted)
+    return RUNTIME_LAYER
+
+
+def torch_worker() -> tuple[Path, Path]:
+    """The torch worker as its image holds it: (task root, packages), from functions/worker_image/.
+
+    The task root is what the Dockerfile copies (the package and the worker's handler); the
+    packages are its two requirement files. The image's base provides the runtime layer.
+    """
+    image = ROOT / "functions" / "worker_image"
+    requirements = [image / "requirements.txt", ROOT / "functions" / "requirements.txt"]
+    task, packages = TORCH_WORKER / "task", TORCH_WORKER / "packages"
+    stamp = TORCH_WORKER / ".fingerprint"
+    wanted = _fingerprint(*requirements, image / "Dockerfile")
+    if not (stamp.exists() and stamp.read_text() == wanted):
+        shutil.rmtree(TORCH_WORKER, ignore_errors=True)
+        _pip_target(packages, requirements, "the torch worker's packages", no_deps=False)
+        stamp.write_text(wanted)
+    copied = TORCH_WORKER / ".copied"
+    if not copied.exists() or _newest_source(ROOT / "lambdaml", ROOT / "functions" / "worker") > copied.stat().st_mtime:
+        shutil.rmtree(task, ignore_errors=True)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(ROOT / "lambdaml", task / "lambdaml", ignore=ignore)
+        (task / "worker").mkdir(parents=True)
+        shutil.copy2(ROOT / "functions" / "worker" / "app.py", task / "worker" / "app.py")
+        copied.touch()
+    return task, packages
