@@ -17,7 +17,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 
 def report(name: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Path:
-    """Print ``rows`` as a Markdown table (for the README) and write ``results/NAME.csv``."""
+    """Print ``rows`` as a Markdown table (for bench/RESULTS.md) and write ``results/NAME.csv``."""
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:

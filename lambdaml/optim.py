@@ -33,7 +33,7 @@ class Optimizer(ABC):
         """Restore what ``state_dict`` returned."""
 
     def reset(self) -> None:
-        """Forget accumulated state (MA-SGD keeps it local; see the README)."""
+        """Forget accumulated state (MA-SGD keeps it local; see docs/algorithms.md)."""
 
 
 class SGD(Optimizer):
