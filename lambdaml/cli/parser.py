@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the account's concurrent Lambda executions, enforced and reported (default: %(default)s, as AWS)",
     )
     local_up.add_argument(
+        "--torch", action="store_true", help="add the torch worker, built from functions/worker_image/ (about 1 GB)"
+    )
+    local_up.add_argument(
         "--parameter",
         action="append",
         default=[],

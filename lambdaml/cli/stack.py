@@ -14,7 +14,11 @@ def cmd_local(args: argparse.Namespace) -> int:
     if args.local_command == "up":
         parameters = dict(_key_value(item) for item in args.parameter)
         record = stack.up(
-            args.name, cache=args.cache, parameters=parameters, account_concurrency=args.account_concurrency
+            args.name,
+            cache=args.cache,
+            parameters=parameters,
+            account_concurrency=args.account_concurrency,
+            torch=args.torch,
         )
         console.print(f"local stack {args.name!r} is up:")
         for service, url in sorted(record["endpoints"].items()):

@@ -105,27 +105,45 @@ def runtime_layer() -> Path:
     return RUNTIME_LAYER
 
 
+def image_copies(dockerfile: Path) -> list[tuple[Path, str]]:
+    """What the Dockerfile copies into the task root: (source under the repository, path in the task root)."""
+    copies = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "COPY" and words[2].startswith("${LAMBDA_TASK_ROOT}/"):
+            copies.append((ROOT / words[1], words[2].removeprefix("${LAMBDA_TASK_ROOT}/")))
+    if not copies:
+        raise ConfigError(f"{dockerfile} copies nothing into ${{LAMBDA_TASK_ROOT}}")
+    return copies
+
+
 def torch_worker() -> tuple[Path, Path]:
     """The torch worker as its image holds it: (task root, packages), from functions/worker_image/.
 
-    The task root is what the Dockerfile copies (the package and the worker's handler); the
-    packages are its two requirement files. The image's base provides the runtime layer.
+    The task root gets what the Dockerfile copies there, read from its COPY lines so the two
+    cannot drift; the packages are its two requirement files. The image's base provides the
+    runtime layer.
     """
     image = ROOT / "functions" / "worker_image"
+    dockerfile = image / "Dockerfile"
     requirements = [image / "requirements.txt", ROOT / "functions" / "requirements.txt"]
     task, packages = TORCH_WORKER / "task", TORCH_WORKER / "packages"
     stamp = TORCH_WORKER / ".fingerprint"
-    wanted = _fingerprint(*requirements, image / "Dockerfile")
+    wanted = _fingerprint(*requirements)
     if not (stamp.exists() and stamp.read_text() == wanted):
         shutil.rmtree(TORCH_WORKER, ignore_errors=True)
         _pip_target(packages, requirements, "the torch worker's packages", no_deps=False)
         stamp.write_text(wanted)
+    copies = image_copies(dockerfile)
     copied = TORCH_WORKER / ".copied"
-    if not copied.exists() or _newest_source(ROOT / "lambdaml", ROOT / "functions" / "worker") > copied.stat().st_mtime:
+    if not copied.exists() or _newest_source(dockerfile, *(source for source, _ in copies)) > copied.stat().st_mtime:
         shutil.rmtree(task, ignore_errors=True)
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        shutil.copytree(ROOT / "lambdaml", task / "lambdaml", ignore=ignore)
-        (task / "worker").mkdir(parents=True)
-        shutil.copy2(ROOT / "functions" / "worker" / "app.py", task / "worker" / "app.py")
+        for source, inside in copies:
+            (task / inside).parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, task / inside, ignore=ignore)
+            else:
+                shutil.copy2(source, task / inside)
         copied.touch()
     return task, packages

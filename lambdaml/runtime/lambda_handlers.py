@@ -157,8 +157,22 @@ def worker_event(
     }
 
 
+# Worker errors that the same code and memory meet again on every try: resuming cannot help.
+_PERMANENT_ERRORS = frozenset(
+    {
+        "Runtime.ImportModuleError",
+        "Runtime.HandlerNotFound",
+        "Runtime.UserCodeSyntaxError",
+        "Runtime.OutOfMemory",
+        "ImportError",
+        "ModuleNotFoundError",
+        "SyntaxError",
+    }
+)
+
+
 def _worker_gave_up(record: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
-    """AWS retried a worker twice and it still crashed: resume it once more from its checkpoint."""
+    """AWS retried a worker twice and it still crashed: resume it from its checkpoint, unless it cannot help."""
     payload = record["requestPayload"]
     job = parse_job(payload["job"], "job")
     store = open_storage(job.storage)
@@ -166,9 +180,17 @@ def _worker_gave_up(record: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
     attempt = int(payload.get("attempt", 1))
     current = records.status(store, job_id)
     live = current.get("state") == records.RUNNING and int(current.get("attempt", 1)) == attempt
-    if invocation >= job.runtime.max_invocations or not live:
+    response = record.get("responsePayload")
+    error_type = str(response.get("errorType", "")) if isinstance(response, dict) else ""
+    message = str(response.get("errorMessage", "")) if isinstance(response, dict) else ""
+    permanent = error_type in _PERMANENT_ERRORS
+    if invocation >= job.runtime.max_invocations or not live or permanent:
         error = f"worker {rank} kept failing (invocation {invocation})"
-        records.set_status(store, job_id, attempt, records.FAILED, error=error)
+        if error_type:
+            error += f": {error_type}: {' '.join(message.split())}"
+        if error_type == "Runtime.OutOfMemory":
+            error += "; give the workers more memory (WorkerMemoryMB) or use more of them"
+        records.set_status(store, job_id, attempt, records.FAILED, error=error)  # guarded: never over an ending
         return {"job_id": job_id, "state": "failed"}
     invoker.invoke_async(payload["worker_function"], {**payload, "invocation": invocation + 1})
     return {"job_id": job_id, "state": "running", "resumed_rank": rank}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from lambdaml import codec, keys
 from lambdaml.backends import stack as remote
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
-from lambdaml.local import stack
+from lambdaml.local import artifacts, stack
 from lambdaml.runtime.reports import JobResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,9 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     os.environ["LAMBDAML_HOME"] = str(home)
     try:
         # The worker's reservation comes from the template's parameter, the account's limit from up().
-        record = stack.up("e2e", cache="redis", parameters={"WorkerReservedConcurrency": "8"}, account_concurrency=50)
+        record = stack.up(
+            "e2e", cache="redis", parameters={"WorkerReservedConcurrency": "8"}, account_concurrency=50, torch=True
+        )
         try:
             yield "e2e", record
         finally:
@@ -181,9 +184,11 @@ def test_a_job_wider_than_the_worker_concurrency_is_refused_before_any_worker_st
     worker = deployed.output("WorkerFunctionName")
     assert client.get_function_concurrency(FunctionName=worker)["ReservedConcurrentExecutions"] == 8
     limits = client.get_account_settings()["AccountLimit"]
-    assert (limits["ConcurrentExecutions"], limits["UnreservedConcurrentExecutions"]) == (50, 42)
+    # Both workers (zip and torch) reserve 8 of the 50.
+    assert (limits["ConcurrentExecutions"], limits["UnreservedConcurrentExecutions"]) == (50, 34)
     names = [f["FunctionName"] for f in client.list_functions()["Functions"]]
-    assert sorted(names) == sorted([worker, deployed.output("CoordinatorFunctionName")])
+    expected = [worker, deployed.output("CoordinatorFunctionName"), deployed.output("TorchWorkerFunctionName")]
+    assert sorted(names) == sorted(expected)
 
     store = remote.stack_store(deployed)
     X, y, _ = synthetic.higgs_like(400, seed=5)
@@ -207,3 +212,80 @@ def test_a_job_wider_than_the_worker_concurrency_is_refused_before_any_worker_st
     assert len(message) == 1 and "needs 4 workers at once" in message[0] and "reserved concurrency of 2" in message[0]
     after = invocations.read_text().count("\n") if invocations.exists() else 0
     assert after == before, "nothing was invoked: not the coordinator, not a worker"
+
+
+def test_an_mlp_job_runs_on_the_torch_worker_and_matches_the_local_process_backend(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    name, record = local_stack
+    deployed = remote.resolve_stack(name)
+    store = remote.stack_store(deployed)
+    X, y, _ = synthetic.higgs_like(600, seed=6)
+    shards.prepare(store, "higgs-mlp", X, y, shards=2)
+    job = {
+        **JOB,
+        "name": "e2e-mlp",
+        "workers": 2,
+        "dataset": "higgs-mlp",
+        "model": {"name": "mlp", "hidden": [8]},
+        "algorithm": {"name": "ga_sgd", "lr": 0.1, "batch_size": 50, "epochs": 1, "seed": 3},
+    }
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdaml", "train", str(job_file), "--stack", name, "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result = JobResult.from_json(json.loads(next(tmp_path.glob("e2e-mlp-*.json")).read_text()))
+    on_lambda = codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
+    local = run_job(remote.bind(job, deployed), results_dir=None)
+    np.testing.assert_array_equal(on_lambda, codec.decode_bundle(store.get(keys.job_model(local.job_id)))["params"])
+    # Its workers ran in the torch worker, from the environment built of functions/worker_image/.
+    log = [json.loads(line) for line in (Path(record["workdir"]) / "invocations.jsonl").read_text().splitlines()]
+    torch_worker = deployed.output("TorchWorkerFunctionName")
+    assert sum(1 for r in log if r["function"] == torch_worker and r["status"] == "success") >= 2
+    torch_config = next(f for f in record["functions"] if f["logical"] == "TorchWorkerFunction")
+    assert torch_config["code_dir"].endswith("torch-worker/task") and torch_config["layers"]
+
+
+def test_a_build_missing_a_requirement_fails_the_job_with_its_import_error(tmp_path: Path) -> None:
+    """As on AWS: the zip worker lacks numpy (removed from its build), so the job fails, naming it."""
+    built = artifacts.sam_build(ROOT / "template.yaml")
+    broken = tmp_path / "sam"
+    shutil.copytree(built, broken, symlinks=True)
+    for path in (broken / "WorkerFunction").iterdir():
+        if path.name.startswith("numpy"):
+            shutil.rmtree(path)
+    previous = os.environ.get("LAMBDAML_HOME")
+    os.environ["LAMBDAML_HOME"] = str(tmp_path / "home")
+    try:
+        record = stack.up("broken", build_dir=broken)
+        try:
+            deployed = remote.resolve_stack("broken")
+            store = remote.stack_store(deployed)
+            X, y, _ = synthetic.higgs_like(200, seed=7)
+            shards.prepare(store, "higgs", X, y, shards=2)
+            job_file = tmp_path / "job.yaml"
+            job_file.write_text(yaml.safe_dump({**JOB, "workers": 2, "channel": {"kind": "s3"}}))
+            done = subprocess.run(
+                [sys.executable, "-m", "lambdaml", "train", str(job_file), "--stack", "broken"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 1
+            assert "No module named 'numpy'" in done.stderr, done.stderr
+            worker = deployed.output("WorkerFunctionName")
+            function_log = (Path(record["workdir"]) / f"{worker}.log").read_text()
+            # The handler imports the package lazily, so Python's own error, not Runtime.ImportModuleError.
+            assert "ModuleNotFoundError: No module named 'numpy'" in function_log
+        finally:
+            stack.down("broken")
+    finally:
+        if previous is None:
+            os.environ.pop("LAMBDAML_HOME", None)
+        else:
+            os.environ["LAMBDAML_HOME"] = previous

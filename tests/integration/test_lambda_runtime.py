@@ -172,6 +172,20 @@ def test_coordinator_resumes_a_worker_aws_gave_up_on_then_fails_the_job(
     assert answer == {"job_id": job_id, "state": "running", "resumed_rank": 1}
     assert lam.events[-1]["rank"] == 1 and lam.events[-1]["invocation"] == 3
 
+    # A worker that cannot even import its code meets the same error on every try: no resume.
+    sent = len(lam.events)
+    broken = {
+        **gave_up,
+        "responsePayload": {
+            "errorType": "Runtime.ImportModuleError",
+            "errorMessage": "Unable to import module 'worker.app': No module named 'numpy'",
+        },
+    }
+    assert lambda_handlers.coordinate(broken, FakeContext("coordinator", 10**9), invoker=lam)["state"] == "failed"
+    assert len(lam.events) == sent
+    error = get_json(store, keys.job_status(job_id))["error"]
+    assert "Runtime.ImportModuleError" in error and "No module named 'numpy'" in error
+
     last = {**gave_up, "requestPayload": {**gave_up["requestPayload"], "invocation": job.runtime.max_invocations}}
     assert lambda_handlers.coordinate(last, FakeContext("coordinator", 10**9), invoker=lam)["state"] == "failed"
     status = get_json(store, keys.job_status(job_id))
