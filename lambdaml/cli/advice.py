@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lambdaml.cli.output import _print_advice, _print_profile, console
+from lambdaml.cli.output import _print_advice, _print_profile, console, progress
 from lambdaml.errors import ConfigError
 
 
@@ -66,7 +66,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     effort = cal.Effort.quick() if args.quick else cal.Effort()
 
     def step(what: str) -> None:
-        console.print(f"  measuring {what} ...")
+        progress.print(f"  measuring {what} ...")
 
     target = f"stack:{args.stack}" if args.stack else "local"
     if args.stack:

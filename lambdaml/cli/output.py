@@ -25,6 +25,13 @@ def literal_console(*, stderr: bool = False, width: int | None = None) -> Consol
 
 console = literal_console()
 errors = literal_console(stderr=True)
+#: What a command says while it works (a job's epochs, calibration steps), as against its result.
+progress = literal_console()
+
+
+def configure(*, quiet: bool, json: bool) -> None:
+    """Set up one command's progress lines: none under -q; on stderr while stdout carries JSON."""
+    progress.quiet, progress.stderr = quiet, json
 
 
 def one_line(message: str) -> str:

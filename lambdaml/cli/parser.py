@@ -1,9 +1,58 @@
-"""The ``lambdaml`` command's arguments: one subcommand per thing a user does."""
+"""The ``lambdaml`` command's arguments: one subcommand per thing a user does.
+
+A mistake on the command line is a ConfigError, printed as one line like every other user
+error (argparse would print its usage and exit 2). ``-v`` and ``-q`` work at every level.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+from lambdaml.errors import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise (one line, exit 1) instead of printing the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (see: {self.prog} --help)")
+
+
+def version() -> str:
+    """The installed distribution's version; the package's own where it runs from an uninstalled tree."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("lambdaml")
+    except metadata.PackageNotFoundError:
+        import lambdaml
+
+        return lambdaml.__version__
+
+
+def subcommands(parser: argparse.ArgumentParser, depth: int = 0) -> Iterator[tuple[argparse.ArgumentParser, int]]:
+    """The parser and every subcommand's parser under it, depth first, with its depth."""
+    yield parser, depth
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                yield from subcommands(child, depth + 1)
+
+
+def _verbosity_args(parser: argparse.ArgumentParser, depth: int) -> None:
+    # A subcommand parses into a namespace of its own that then overwrites its parent's values,
+    # so each level counts into names of its own; ``verbosity`` adds them up.
+    loud, quiet = f"verbose_{depth}", f"quiet_{depth}"
+    parser.add_argument("-v", "--verbose", action="count", default=0, dest=loud, help="more logging (-vv: debug)")
+    parser.add_argument("-q", "--quiet", action="count", default=0, dest=quiet, help="print only results and errors")
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """How many -v less how many -q, wherever on the command line they stood."""
+    counts: dict[str, int] = {k: v for k, v in vars(args).items() if k.startswith(("verbose_", "quiet_"))}
+    return sum(v if k.startswith("verbose_") else -v for k, v in counts.items())
 
 
 def _storage_args(parser: argparse.ArgumentParser) -> None:
@@ -14,9 +63,9 @@ def _storage_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lambdaml", description="Distributed ML training on serverless functions.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="lambdaml", description="Distributed ML training on serverless functions.")
+    parser.add_argument("--version", action="version", version=f"lambdaml {version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="run a training job from a job file")
     train.add_argument("job", help="job file (.yaml or .json)")
@@ -32,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
 
     local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
-    local_commands = local.add_subparsers(dest="local_command", required=True)
+    local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
     local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
     local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
@@ -40,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_down.add_argument("--name", default="local")
 
     iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
-    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True)
+    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True, metavar="COMMAND")
     launch = iaas_commands.add_parser("launch", help="start a cluster that runs a job with torchrun (infra/ec2)")
     launch.add_argument("job", help="job file (.yaml or .json)")
     launch.add_argument("--name", required=True, help="cluster (stack) name")
@@ -64,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job_id")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
 
-    data = commands.add_parser("data", help="datasets").add_subparsers(dest="data_command", required=True)
+    data_commands = commands.add_parser("data", help="datasets")
+    data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
     prepare.add_argument("name", help="dataset name")
     source = prepare.add_mutually_exclusive_group(required=True)
@@ -100,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=4)
     demo.add_argument("--epochs", type=int, default=5)
     demo.add_argument("--rows", type=int, default=40_000)
+    for level, depth in subcommands(parser):
+        _verbosity_args(level, depth)
     return parser
 
 

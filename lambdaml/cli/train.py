@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from lambdaml.cli.output import console, errors, print_result
+from lambdaml.cli.output import errors, print_result, progress
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_
 
     epochs = job.algorithm.epochs
     where = f"{job.workers} workers" if backend.name != "lambda" else f"{job.workers} Lambda workers"
-    console.print(
+    progress.print(
         Text.assemble(
             f"{'resuming' if resume else 'job'} {job_id}: training ",
             (job.model.name, "bold"),
@@ -71,6 +71,6 @@ def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_
 
     def on_event(event: JobEvent) -> None:
         if event.rank == 0:  # the loss is global; one line per epoch
-            console.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
+            progress.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
 
     return run_job(job, job_id=job_id, backend=backend, resume=resume, on_event=on_event, results_dir=results_dir)

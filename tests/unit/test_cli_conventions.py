@@ -1,0 +1,129 @@
+"""The ``lambdaml`` command's conventions: --version, -v/-q anywhere, and every mistake on the
+command line as one line with exit 1 (argparse's own errors included), while --help still works."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from lambdaml import cli
+from lambdaml.cli.parser import build_parser, subcommands, verbosity, version
+
+ADVISE = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "1.2GB", "--samples", "11e6"]
+SMALL = ["--workers", "2", "--memory", "3008", "--instances", "c5.large", "--json"]
+
+
+def lambdaml(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lambdaml", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_version_prints_the_name_and_the_installed_version() -> None:
+    done = lambdaml("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"lambdaml {metadata.version('lambdaml')}\n" and done.stderr == ""
+
+
+def test_version_falls_back_to_the_package_version_when_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lambdaml
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    monkeypatch.setattr(lambdaml, "__version__", "9.8.7")
+    assert version() == "9.8.7"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-v", "train", "job.yaml"], 1),
+        (["train", "job.yaml", "-v"], 1),
+        (["train", "-v", "job.yaml"], 1),
+        (["-v", "train", "job.yaml", "-v"], 2),
+        (["-q", "train", "job.yaml"], -1),
+        (["train", "job.yaml", "--quiet"], -1),
+        (["local", "-v", "up", "-vv"], 3),
+        (["-v", "data", "prepare", "d", "--synthetic", "higgs", "--shards", "1", "-q"], 0),
+        (["status", "j", "--stack", "s"], 0),
+    ],
+)
+def test_verbose_and_quiet_count_wherever_they_stand(argv: list[str], expected: int) -> None:
+    assert verbosity(build_parser().parse_args(argv)) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["-v", *ADVISE, *SMALL], logging.INFO),
+        ([*ADVISE, *SMALL, "-v"], logging.INFO),
+        (["-v", *ADVISE, *SMALL, "-v"], logging.DEBUG),
+        ([*ADVISE, "-q", *SMALL], logging.ERROR),
+        (["-q", *ADVISE, *SMALL], logging.ERROR),
+        ([*ADVISE, *SMALL], logging.WARNING),
+    ],
+)
+def test_a_command_logs_at_the_level_its_flags_ask_for(
+    argv: list[str], level: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    before = root.level
+    try:
+        assert cli.main(argv) == 0
+        assert root.level == level
+        assert cli.output.progress.quiet == (level == logging.ERROR)
+    finally:
+        root.setLevel(before)
+    assert capsys.readouterr().out.startswith("{")  # the result itself is printed either way
+
+
+def test_every_subcommand_takes_verbose_and_quiet() -> None:
+    for parser, _ in subcommands(build_parser()):
+        flags = {flag for action in parser._actions for flag in action.option_strings}
+        assert {"-v", "--verbose", "-q", "--quiet"} <= flags, parser.prog
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        ([], ("lambdaml:", "required: COMMAND")),
+        (["trian", "job.yaml"], ("invalid choice: 'trian'", "'train'")),
+        (["train"], ("lambdaml train:", "required: job")),
+        (["train", "job.yaml", "--workers", "x"], ("--workers", "invalid int value: 'x'")),
+        (["train", "job.yaml", "--no-such-flag"], ("unrecognized arguments: --no-such-flag",)),
+        (["local"], ("lambdaml local:", "required: COMMAND")),
+        (["data", "prepare", "d", "--shards", "1"], ("one of the arguments --input --synthetic --builtin",)),
+        (["advise", "--model", "lr"], ("lambdaml advise:", "--dataset-bytes", "--samples")),
+        (["status", "job-1"], ("lambdaml status:", "--stack")),
+    ],
+)
+def test_a_command_line_mistake_is_one_line_and_exit_1(
+    argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == cli.EXIT_ERROR == 1
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lambdaml"), captured.err
+    assert "usage:" not in captured.err and captured.out == ""
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_as_a_process_a_missing_argument_is_one_line_and_exit_1() -> None:
+    done = lambdaml("train")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "error: lambdaml train: the following arguments are required: job (see: lambdaml train --help)\n"
+    )
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["local", "up", "-h"]])
+def test_help_still_prints_the_usage_and_exits_0(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    prog = " ".join(["lambdaml", *argv[:-1]])
+    assert captured.out.startswith(f"usage: {prog} ") and captured.err == ""
