@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
+from lambdaml import catalogue
 from lambdaml.calibrate.probing import median_time
 from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.errors import ConfigError
@@ -16,7 +17,7 @@ from lambdaml.errors import ConfigError
 if TYPE_CHECKING:
     from lambdaml.backends.stack import Stack
 
-KINDS = ("s3", "redis", "memcached", "dynamodb")
+KINDS = catalogue.SHARED_CHANNELS
 
 
 @contextmanager

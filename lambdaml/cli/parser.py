@@ -7,9 +7,10 @@ error (argparse would print its usage and exit 2). ``-v`` and ``-q`` work at eve
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
+from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
 
@@ -55,6 +56,27 @@ def verbosity(args: argparse.Namespace) -> int:
     return sum(v if k.startswith("verbose_") else -v for k, v in counts.items())
 
 
+def split_names(text: str) -> list[str]:
+    """``a, b,c`` -> ``["a", "b", "c"]``: an option's comma-separated list."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
+    """The type of an option listing names from a closed set: checked as the command line is parsed."""
+    allowed = tuple(known)
+
+    def parse(text: str) -> list[str]:
+        names = split_names(text)
+        unknown = [name for name in names if name not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(allowed)}")
+        if not names:
+            raise argparse.ArgumentTypeError("names nothing")
+        return names
+
+    return parse
+
+
 def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
@@ -70,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="run a training job from a job file")
     train.add_argument("job", help="job file (.yaml or .json)")
     train.add_argument(
-        "--backend", default="local", help="where workers run: local (FaaS-like processes), iaas-local (torchrun)"
+        "--backend",
+        default="local",
+        choices=list(catalogue.BACKENDS),
+        help="where workers run: local (FaaS-like processes), iaas-local (torchrun); default: %(default)s",
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
     train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM); used once")
@@ -119,12 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("name", help="dataset name")
     source = prepare.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", nargs="+", metavar="FILE", help="dataset file (several for CIFAR-10 batches)")
-    source.add_argument("--synthetic", choices=["higgs", "rcv1"], help="generate a synthetic dataset")
-    source.add_argument(
-        "--builtin", choices=["digits", "breast_cancer", "mnist5k"], help="a small dataset shipped in a package"
-    )
+    source.add_argument("--synthetic", choices=catalogue.SYNTHETIC_DATASETS, help="generate a synthetic dataset")
+    source.add_argument("--builtin", choices=catalogue.BUILTIN_DATASETS, help="a small dataset shipped in a package")
     prepare.add_argument(
-        "--format", choices=["libsvm", "csv", "npz", "cifar10"], default=None, help="default: from the file suffix"
+        "--format", choices=catalogue.DATASET_FORMATS, default=None, help="default: from the file suffix"
     )
     prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
     prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
@@ -160,8 +183,15 @@ def _advisor_parsers(commands: Any) -> None:
         "calibrate", help="measure channels, compute and start-up here (or on a stack) for the cost model"
     )
     calibrate.add_argument("--stack", default=None, help="measure this stack's channels (default: local services)")
-    calibrate.add_argument("--channels", default="s3,redis,memcached,dynamodb", help="comma-separated kinds")
-    calibrate.add_argument("--model", default="lr", help="model whose per-sample compute is timed (default: lr)")
+    calibrate.add_argument(
+        "--channels",
+        type=names_in("channel", catalogue.SHARED_CHANNELS),
+        default=",".join(catalogue.SHARED_CHANNELS),
+        help="comma-separated kinds (default: %(default)s)",
+    )
+    calibrate.add_argument(
+        "--model", default="lr", choices=list(catalogue.MODELS), help="model whose per-sample compute is timed"
+    )
     calibrate.add_argument("--features", type=int, default=28, help="its width (default: 28, as Higgs)")
     calibrate.add_argument("--sparse", action="store_true", help="time it on sparse (CSR) rows")
     calibrate.add_argument("--batch-size", type=int, default=100, help="batch size per worker (default: 100)")
@@ -180,7 +210,12 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
     advise.add_argument("--k", default="8", help="kmeans clusters")
     advise.add_argument("--sparse", action="store_true", help="sparse rows (uses a profile's sparse timing)")
-    advise.add_argument("--algorithm", default="ga_sgd", help="ga_sgd, ma_sgd, admm, kmeans")
+    advise.add_argument(
+        "--algorithm",
+        default="ga_sgd",
+        choices=list(catalogue.ALGORITHMS),
+        help="the model predicts ga_sgd, ma_sgd, admm, kmeans",
+    )
     advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
     advise.add_argument("--batch-size", default="100", help="batch size per worker")
     advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")
@@ -190,8 +225,18 @@ def _advisor_parsers(commands: Any) -> None:
     length.add_argument("--from-result", default=None, metavar="RESULT.json", help="a short measured run's result")
     advise.add_argument("--target-loss", default=None, help="with --from-result: the loss to reach")
     advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
-    advise.add_argument("--channels", default=None, help="channels to try (default: all the profile knows)")
-    advise.add_argument("--patterns", default="allreduce,scatter_reduce")
+    advise.add_argument(
+        "--channels",
+        type=names_in("channel", catalogue.SHARED_CHANNELS),
+        default=None,
+        help="channels to try (default: all the profile knows)",
+    )
+    advise.add_argument(
+        "--patterns",
+        type=names_in("pattern", catalogue.PATTERNS),
+        default=",".join(catalogue.PATTERNS),
+        help="communication patterns to try (default: %(default)s)",
+    )
     advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
     advise.add_argument("--region", default="us-east-1")

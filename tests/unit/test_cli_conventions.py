@@ -127,3 +127,42 @@ def test_help_still_prints_the_usage_and_exits_0(argv: list[str], capsys: pytest
     captured = capsys.readouterr()
     prog = " ".join(["lambdaml", *argv[:-1]])
     assert captured.out.startswith(f"usage: {prog} ") and captured.err == ""
+
+
+# --- closed sets are the parser's choices, from the catalogue, checked before any work ---------
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["train", "job.yaml", "--backend", "lambda"], ("--backend", "invalid choice: 'lambda'", "'iaas-local'")),
+        (["data", "prepare", "d", "--synthetic", "higs", "--shards", "1"], ("--synthetic", "'higs'", "'higgs'")),
+        (["data", "prepare", "d", "--builtin", "mnist", "--shards", "1"], ("--builtin", "'mnist5k'")),
+        (["data", "prepare", "d", "--input", "f", "--format", "svm", "--shards", "1"], ("--format", "'libsvm'")),
+        (["calibrate", "--channels", "s3,memory"], ("--channels", "unknown channel 'memory'", "dynamodb")),
+        (["advise", "--patterns", "ring", "--model", "lr"], ("--patterns", "unknown pattern 'ring'")),
+    ],
+)
+def test_a_name_outside_a_closed_set_is_refused_by_the_parser(
+    argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The job file does not exist: a check after parsing would name it instead.
+    assert cli.main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+
+
+def test_the_closed_sets_are_what_the_code_accepts() -> None:
+    from lambdaml import catalogue
+    from lambdaml.backends import BACKENDS
+    from lambdaml.calibrate import KINDS
+    from lambdaml.data import builtin
+
+    parser = build_parser()
+    options = {(p.prog, flag): a for p, _ in subcommands(parser) for a in p._actions for flag in a.option_strings}
+    backends = options["lambdaml train", "--backend"].choices or ()
+    assert sorted(backends) == BACKENDS.names() == sorted(catalogue.BACKENDS)
+    assert tuple(options["lambdaml data prepare", "--builtin"].choices or ()) == tuple(builtin.BUILTIN)
+    assert options["lambdaml calibrate", "--channels"].type("s3, dynamodb") == ["s3", "dynamodb"]
+    assert build_parser().parse_args(["calibrate"]).channels == list(KINDS) == ["s3", "redis", "memcached", "dynamodb"]
