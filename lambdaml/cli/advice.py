@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lambdaml.cli.output import _print_advice, _print_profile, console, progress
+from lambdaml.cli.output import _print_advice, _print_profile, console, print_json, progress
 from lambdaml.cli.parser import split_names
 from lambdaml.errors import ConfigError
 
@@ -88,6 +88,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             )
     out = Path(args.out) if args.out else profile_path(args.stack or "local")
     path = save_profile(measured, out)
+    if args.output == "json":
+        print_json({**measured.to_json(), "profile": str(path)})
+        return 0
     _print_profile(measured.to_json())
     console.print(f"profile: {path}", soft_wrap=True)
     console.print(f"use it with: lambdaml advise ... --profile {path}", soft_wrap=True)
@@ -155,8 +158,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
         cache_node=args.cache_node,
     )
     plot = advice.plot(args.plot) if args.plot else None
-    if args.json:
-        sys.stdout.write(advice.to_json() + "\n")
+    if args.output == "json":
+        sys.stdout.write(advice.to_json() + "\n")  # the advice's own JSON, with its own key order
         return 0
     _print_advice(advice, every=args.all)
     if plot is not None:

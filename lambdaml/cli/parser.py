@@ -77,6 +77,23 @@ def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+#: What ``--output`` prints: tables and lines for people, or one JSON document for programs.
+OUTPUTS = ("table", "json")
+
+
+def _output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output", choices=OUTPUTS, default="table", help="table (default), or json: one JSON document on stdout"
+    )
+    parser.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
+
+
+def _plot_arg(parser: argparse.ArgumentParser, what: str, name: str) -> None:
+    parser.add_argument(
+        "--plot", nargs="?", const=name, default=None, metavar="FILE.png", help=f"also draw {what} (default: {name})"
+    )
+
+
 def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
@@ -104,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+    _output_args(train)
 
     local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
@@ -129,14 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     terminate = iaas_commands.add_parser("terminate", help="delete a cluster and what its launch uploaded")
     terminate.add_argument("name")
 
-    compare = commands.add_parser("compare", help="compare result files side by side (table and PNG)")
+    compare = commands.add_parser("compare", help="compare result files side by side (tables, and a PNG with --plot)")
     compare.add_argument("results", nargs="+", metavar="RESULT", help="result JSON files (from train)")
-    compare.add_argument("--plot", default="comparison.png", help="PNG to write (default: %(default)s)")
+    _plot_arg(compare, "loss against time and against dollars", "comparison.png")
+    _output_args(compare)
 
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
         command.add_argument("job_id")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
+        _output_args(command)
 
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
@@ -200,6 +220,7 @@ def _advisor_parsers(commands: Any) -> None:
     calibrate.add_argument("--memcached", default=None, metavar="HOST:PORT", help="a running Memcached")
     calibrate.add_argument("--quick", action="store_true", help="fewer repeats (seconds instead of a minute)")
     calibrate.add_argument("--out", default=None, help="profile file (default: ~/.lambdaml/profiles/TARGET.json)")
+    _output_args(calibrate)
 
     advise = commands.add_parser("advise", help="predict time and cost on Lambda and EC2, and recommend one")
     advise.add_argument("--model", required=True, help="lr, svm, kmeans, mlp, mobilenet, resnet18, resnet50")
@@ -242,6 +263,6 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--region", default="us-east-1")
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
-    advise.add_argument("--plot", default=None, metavar="FILE.png", help="write the cost-against-time picture")
-    advise.add_argument("--json", action="store_true", help="print the whole advice as JSON")
+    _plot_arg(advise, "cost against time", "advice.png")
+    _output_args(advise)
     advise.add_argument("--all", action="store_true", help="print every configuration, not just the summary")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from lambdaml.cli.output import errors, print_result, progress
+from lambdaml.cli.output import errors, print_json, print_result, progress
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,7 +50,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
             )
         return 130
-    print_result(result)
+    if args.output == "json":
+        print_json(result.to_json())
+    else:
+        print_result(result)
     return 0
 
 

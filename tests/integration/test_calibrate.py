@@ -19,8 +19,10 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
 ) -> None:
     out = tmp_path / "local.json"
     argv = ["calibrate", "--quick", "--channels", "redis", "--redis", f"127.0.0.1:{redis_port}"]
-    assert main([*argv, "--endpoint-url", moto_url, "--out", str(out)]) == 0
-    assert f"profile: {out}" in capsys.readouterr().out
+    assert main([*argv, "--endpoint-url", moto_url, "--out", str(out), "--output", "json"]) == 0
+    captured = capsys.readouterr()
+    measured = json.loads(captured.out)  # stdout is the JSON alone; the steps went to stderr
+    assert measured["profile"] == str(out) and "redis" in measured["channels"] and "measuring" in captured.err
 
     profile = load_profile(out)
     assert profile.target == "local" and profile.shared_cores == cores()

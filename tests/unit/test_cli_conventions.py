@@ -3,10 +3,12 @@ command line as one line with exit 1 (argparse's own errors included), while --h
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +168,52 @@ def test_the_closed_sets_are_what_the_code_accepts() -> None:
     assert tuple(options["lambdaml data prepare", "--builtin"].choices or ()) == tuple(builtin.BUILTIN)
     assert options["lambdaml calibrate", "--channels"].type("s3, dynamodb") == ["s3", "dynamodb"]
     assert build_parser().parse_args(["calibrate"]).channels == list(KINDS) == ["s3", "redis", "memcached", "dynamodb"]
+
+
+# --- compare draws its PNG only when asked; --output json wherever a table is printed ---------
+
+
+@pytest.fixture
+def two_results(tmp_path: Path) -> list[str]:
+    from tests.unit.test_tables_fit import job_result
+
+    paths = []
+    for i, result in enumerate([job_result(workers=2), job_result(backend="local", channel="s3", workers=2)]):
+        path = tmp_path / f"result-{i}.json"
+        path.write_text(json.dumps(result.to_json()))
+        paths.append(str(path))
+    return paths
+
+
+def test_compare_writes_no_png_unless_asked(
+    two_results: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["compare", *two_results]) == 0
+    assert not list(tmp_path.rglob("*.png")) and "plot:" not in capsys.readouterr().out
+
+    assert cli.main(["compare", *two_results, "--plot"]) == 0  # the default name, here
+    assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot: comparison.png" in capsys.readouterr().out
+
+    named = tmp_path / "plots" / "runs.png"
+    assert cli.main(["compare", *two_results, "--plot", str(named), "--json"]) == 0
+    assert named.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(capsys.readouterr().out)["plot"] == str(named)
+
+
+def test_json_and_output_json_are_the_same_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    small = [a for a in SMALL if a != "--json"]
+    assert cli.main([*ADVISE, *small, "--json"]) == 0
+    short = capsys.readouterr()
+    assert cli.main([*ADVISE, *small, "--output", "json"]) == 0
+    long = capsys.readouterr()
+    assert short == long and json.loads(long.out)["recommended"]
+    assert cli.main([*ADVISE, *small, "--output", "yaml"]) == 1
+    assert "argument --output: invalid choice: 'yaml'" in capsys.readouterr().err
+
+
+def test_every_command_that_prints_a_table_takes_output_json() -> None:
+    takes = {p.prog for p, _ in subcommands(build_parser()) if any("--output" in a.option_strings for a in p._actions)}
+    tables = {"train", "compare", "status", "cancel", "calibrate", "advise"}
+    assert takes == {f"lambdaml {name}" for name in tables}
