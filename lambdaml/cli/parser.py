@@ -97,7 +97,7 @@ def _plot_arg(parser: argparse.ArgumentParser, what: str, name: str) -> None:
 def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
-    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--region", default="us-east-1", help="the bucket's AWS region (default: %(default)s)")
     parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
 
 
@@ -127,9 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
     local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
-    local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
+    local_up.add_argument(
+        "--cache",
+        choices=["none", "redis", "memcached"],
+        default="none",
+        help="a cache for its channel (default: none)",
+    )
     local_down = local_commands.add_parser("down", help="stop the local stack")
-    local_down.add_argument("--name", default="local")
+    local_down.add_argument("--name", default="local", help="stack name (default: %(default)s)")
 
     iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
     iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True, metavar="COMMAND")
@@ -138,14 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--name", required=True, help="cluster (stack) name")
     launch.add_argument("--workers", type=int, default=None, help="instances (default: the job's workers)")
     launch.add_argument("--instance-type", default=None, help="default: the job's iaas.instance_type")
-    launch.add_argument("--job-id", default=None)
+    launch.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM)")
     launch.add_argument("--image-id", default=None, help="default: the latest Amazon Linux 2023 AMI")
     launch.add_argument("--vpc-id", default=None, help="default: the default VPC")
     launch.add_argument("--subnet-id", default=None, help="default: the VPC's first subnet")
     launch.add_argument("--package", default=None, help="lambdaml wheel to install (default: built from source)")
     launch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the job's storage endpoint)")
     terminate = iaas_commands.add_parser("terminate", help="delete a cluster and what its launch uploaded")
-    terminate.add_argument("name")
+    terminate.add_argument("name", help="cluster (stack) name")
 
     compare = commands.add_parser("compare", help="compare result files side by side (tables, and a PNG with --plot)")
     compare.add_argument("results", nargs="+", metavar="RESULT", help="result JSON files (from train)")
@@ -154,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
-        command.add_argument("job_id")
+        command.add_argument("job_id", help="the job's id, as train printed it")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
         _output_args(command)
 
@@ -180,8 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
     prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
-    prepare.add_argument("--test-fraction", type=float, default=0.2)
-    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument(
+        "--test-fraction", type=float, default=0.2, help="share of rows held out for testing (default: %(default)s)"
+    )
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the shuffle and of synthetic data (default: 0)")
     prepare.add_argument(
         "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
     )
@@ -190,9 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     _advisor_parsers(commands)
 
     demo = commands.add_parser("demo", help="train LR on synthetic Higgs-like data on an embedded local S3")
-    demo.add_argument("--workers", type=int, default=4)
-    demo.add_argument("--epochs", type=int, default=5)
-    demo.add_argument("--rows", type=int, default=40_000)
+    demo.add_argument("--workers", type=int, default=4, help="workers, and shards (default: %(default)s)")
+    demo.add_argument("--epochs", type=int, default=5, help="epochs (default: %(default)s)")
+    demo.add_argument("--rows", type=int, default=40_000, help="rows of synthetic data (default: %(default)s)")
     for level, depth in subcommands(parser):
         _verbosity_args(level, depth)
     return parser
@@ -260,7 +267,7 @@ def _advisor_parsers(commands: Any) -> None:
     )
     advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
-    advise.add_argument("--region", default="us-east-1")
+    advise.add_argument("--region", default="us-east-1", help="whose prices (default: %(default)s)")
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
     _plot_arg(advise, "cost against time", "advice.png")
