@@ -9,10 +9,12 @@ this side follows their heartbeats to the result rank 0 assembles.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from lambdaml import aws, keys, settings
 from lambdaml.backends.base import Backend, EventCallback, JobEvent, Run
@@ -48,22 +50,90 @@ class Stack:
         return aws.client(service, endpoint_url=self.endpoints.get(service), region=self.region, **kwargs)
 
 
+def record_path(name: str) -> Path:
+    """Where ``lambdaml local up`` records a local stack of this name."""
+    return local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
+
+
+def local_stack_names() -> list[str]:
+    """The stacks ``lambdaml local up`` has recorded (up, or down since)."""
+    return sorted(path.stem for path in local_stacks().glob("*.json"))
+
+
+def local_record(name: str) -> dict[str, Any] | None:
+    """What ``lambdaml local up`` recorded of a stack, or None where it recorded nothing of that name.
+
+    A record's endpoints are all loopback and include CloudFormation's, so a local stack's name
+    never reaches AWS; a record that breaks this is refused.
+    """
+    path = record_path(name)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"local stack {name!r}: cannot read {path}: {exc}") from None
+    endpoints = record.get("endpoints") if isinstance(record, dict) else None
+    if (
+        not isinstance(endpoints, dict)
+        or "cloudformation" not in endpoints
+        or not all(isinstance(url, str) and aws.is_loopback(url) for url in endpoints.values())
+    ):
+        raise ConfigError(
+            f"local stack {name!r}: {path} names no loopback endpoints; delete it and run lambdaml local up"
+        )
+    checked: dict[str, Any] = record
+    return checked
+
+
+def refusing_endpoint(record: dict[str, Any]) -> str | None:
+    """The first of a local stack's endpoints where nothing accepts a connection: the stack is down."""
+    for url in dict.fromkeys(record["endpoints"].values()):
+        address = urlparse(url)
+        try:
+            with socket.create_connection((address.hostname or "127.0.0.1", address.port or 80), timeout=1.0):
+                pass
+        except OSError:
+            return str(url)
+    return None
+
+
 def resolve_stack(name: str, *, region: str = "us-east-1") -> Stack:
-    """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``."""
-    local = local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
-    endpoints: dict[str, str] = {}
-    local_outputs: dict[str, str] = {}  # what the local stack serves itself (its cache)
-    if local.exists():
-        record = json.loads(local.read_text())
-        endpoints, region = record["endpoints"], record.get("region", region)
-        local_outputs = record.get("outputs", {})
-    cloudformation = aws.client("cloudformation", endpoint_url=endpoints.get("cloudformation"), region=region)
+    """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``, others are AWS's."""
+    record = local_record(name)
+    if record is None:
+        return Stack(name, _aws_outputs(name, region), region)
+    down = refusing_endpoint(record)
+    if down is not None:
+        raise ConfigError(
+            f"local stack {name!r} is down (nothing answers at {down}); start it with: lambdaml local up --name {name}"
+        )
+    endpoints, region = record["endpoints"], record.get("region", region)
+    cloudformation = aws.client("cloudformation", endpoint_url=endpoints["cloudformation"], region=region)
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
-    except Exception as exc:  # botocore's errors: a missing stack or no way to reach it
-        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    except Exception as exc:  # botocore's errors: moto lost the stack, or stopped answering
+        raise ConfigError(f"cannot read local stack {name!r}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    return Stack(name, {**outputs, **local_outputs}, region, endpoints)
+    return Stack(name, {**outputs, **record.get("outputs", {})}, region, endpoints)  # the local cache's too
+
+
+def _aws_outputs(name: str, region: str) -> dict[str, str]:
+    """A deployed stack's outputs; a name AWS does not know (or cannot be asked about) is one line."""
+    from botocore.exceptions import ClientError
+
+    local = f"local stacks: {', '.join(local_stack_names()) or 'none'}"
+    if not aws.has_credentials():
+        raise ConfigError(f"unknown stack {name!r}; {local} (and no AWS credentials to look for a deployed one)")
+    try:
+        stacks = aws.client("cloudformation", region=region).describe_stacks(StackName=name)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            raise ConfigError(f"unknown stack {name!r}: not deployed in {region}; {local}") from None
+        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    except Exception as exc:  # botocore's others: no way to reach AWS
+        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
 
 
 def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:

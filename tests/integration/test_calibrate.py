@@ -70,7 +70,7 @@ def test_calibrate_errors_are_one_line(
     record = {"endpoints": {"cloudformation": dead, "s3": dead}, "region": "us-east-1", "outputs": {}}
     (tmp_path / "stacks" / "gone.json").write_text(json.dumps(record))
     for argv, message in (
-        (["calibrate", "--stack", "gone"], "error: cannot read stack 'gone': "),
+        (["calibrate", "--stack", "gone"], "error: local stack 'gone' is down (nothing answers at http://127.0.0.1:"),
         (
             ["calibrate", "--channels", "kafka"],
             "error: lambdaml calibrate: argument --channels: unknown channel 'kafka'; known: s3, redis, memcached, ",
