@@ -49,6 +49,22 @@ class Stack:
     def client(self, service: str, **kwargs: Any) -> Any:
         return aws.client(service, endpoint_url=self.endpoints.get(service), region=self.region, **kwargs)
 
+    def environment(self) -> settings.StackEnvironment:
+        """What the stack's functions know of it (on AWS, their environment), read from its outputs."""
+        host, _, port = self.outputs.get("CacheEndpoint", "").partition(":")
+        cache_kind = self.outputs.get("CacheKind")
+        return settings.StackEnvironment(
+            data_bucket=self.outputs.get("DataBucketName"),
+            comm_bucket=self.outputs.get("CommBucketName"),
+            channel_table=self.outputs.get("ChannelTableName"),
+            cache_kind=cache_kind,
+            cache_host=host or None,
+            cache_port=int(port) if port.isdigit() else None,
+            cache_tls=cache_kind == "redis" and not self.endpoints,  # ElastiCache Redis speaks TLS only
+            worker_function=self.outputs.get("WorkerFunctionName"),
+            torch_worker_function=self.outputs.get("TorchWorkerFunctionName"),
+        )
+
 
 def record_path(name: str) -> Path:
     """Where ``lambdaml local up`` records a local stack of this name."""
@@ -137,11 +153,17 @@ def _aws_outputs(name: str, region: str) -> dict[str, str]:
 
 
 def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
-    """A job file's content with its storage and channel pointed at the stack's resources."""
+    """A job file's content with its storage and channel pointed at the stack's resources.
+
+    The bound job is checked as the stack's coordinator would check it (a cache of another kind
+    than the job's channel, or none, is refused here), before anything is invoked.
+    """
+    from lambdaml.runtime.lambda_handlers import check_fits_stack
+
     if not isinstance(job, dict):
         return parse_job(job, source)  # reports the shape error
     data = {**job, "storage": dict(job.get("storage") or {}), "channel": dict(job.get("channel") or {"kind": "s3"})}
-    s3 = stack.endpoints.get("s3")
+    s3, environment = stack.endpoints.get("s3"), stack.environment()
     data["storage"].update(bucket=stack.output("DataBucketName"), endpoint_url=s3, region=stack.region)
     channel = data["channel"]
     kind = channel.get("kind", "s3")
@@ -149,17 +171,19 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
         channel.update(bucket=stack.output("CommBucketName"), endpoint_url=s3, region=stack.region)
     elif kind == "dynamodb":
         channel.update(table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"))
-    elif kind in ("redis", "memcached") and "CacheEndpoint" in stack.outputs:
-        host, _, port = stack.outputs["CacheEndpoint"].partition(":")
-        channel.update(host=host, port=int(port) if port else None)
-        if kind == "redis" and not stack.endpoints:  # ElastiCache Redis in the template has transit encryption on
+    elif kind == environment.cache_kind:
+        channel.update(host=environment.cache_host, port=environment.cache_port)
+        if environment.cache_tls:  # ElastiCache Redis in the template has transit encryption on
             channel["tls"] = True
             # ... and an AUTH token in Secrets Manager, which the functions' roles may read
             if "CacheAuthSecretArn" in stack.outputs and "auth" not in channel:
                 channel["auth"] = {"secret_id": stack.outputs["CacheAuthSecretArn"]}
-    elif kind == "memory":
-        raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
-    return parse_job(data, source)
+    bound = parse_job(data, source)
+    try:
+        check_fits_stack(bound, environment)
+    except ConfigError as exc:
+        raise ConfigError(f"stack {stack.name!r}: {exc}") from None
+    return bound
 
 
 def start(job: JobSpec, stack: Stack, *, job_id: str | None = None, resume: bool = False) -> tuple[str, int]:

@@ -138,7 +138,7 @@ def up(name: str = "local", *, cache: str = "none", template: Path | None = None
             server = services.start_redis if cache == "redis" else services.start_memcached
             cache_service = server(log_path=workdir / f"{cache}.log")
             started.append(cache_service)
-            extra["CacheEndpoint"] = f"127.0.0.1:{cache_service.port}"
+            extra.update(CacheEndpoint=f"127.0.0.1:{cache_service.port}", CacheKind=cache)  # as the template's
         record: dict[str, Any] = {
             "name": name,
             "region": "us-east-1",
