@@ -1,4 +1,4 @@
-"""Side-by-side comparison of finished runs: a table, and loss against time and dollars.
+"""Side-by-side comparison of finished runs: tables, and loss against time and dollars.
 
 Any result record works (local FaaS, Lambda, iaas-local, an EC2 cluster), so a FaaS run
 and its IaaS baseline read the same way. Ratios are against the first result given.

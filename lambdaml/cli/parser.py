@@ -88,10 +88,16 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
 
 
+def _png(text: str) -> str:
+    # --plot's file is optional, so "--plot a.json b.json" would read a.json as the picture to write.
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
+    return text
+
+
 def _plot_arg(parser: argparse.ArgumentParser, what: str, name: str) -> None:
-    parser.add_argument(
-        "--plot", nargs="?", const=name, default=None, metavar="FILE.png", help=f"also draw {what} (default: {name})"
-    )
+    text = f"also draw {what} (default: {name})"
+    parser.add_argument("--plot", nargs="?", type=_png, const=name, default=None, metavar="FILE.png", help=text)
 
 
 def _storage_args(parser: argparse.ArgumentParser) -> None:

@@ -196,6 +196,10 @@ def test_compare_writes_no_png_unless_asked(
     assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plot: comparison.png" in capsys.readouterr().out
 
+    # An optional file name must not swallow a result file (and overwrite it with a picture).
+    assert cli.main(["compare", "--plot", *two_results]) == 1
+    assert "argument --plot: " in capsys.readouterr().err and json.loads(Path(two_results[0]).read_text())
+
     named = tmp_path / "plots" / "runs.png"
     assert cli.main(["compare", *two_results, "--plot", str(named), "--json"]) == 0
     assert named.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
