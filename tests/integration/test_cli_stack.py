@@ -83,3 +83,15 @@ def test_status_of_a_job_on_the_stack(memcached_stack: str, output: str, capsys:
         assert out.startswith(f"job {job_id}: running\n")
         assert "999/1000  1234567.00000" in out and "998/1000        0.25000" in out, out
         assert "…" not in out
+
+
+def test_a_name_that_is_neither_local_nor_deployed_says_so_in_one_line(
+    moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Credentials, and boto3's own endpoint variable pointing "AWS" CloudFormation at moto.
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDFORMATION", moto_url)
+    assert cli.main(["status", "job-1", "--stack", "nowhere"]) == 1
+    assert capsys.readouterr().err == "error: unknown stack 'nowhere': not deployed in us-east-1; local stacks: none\n"
