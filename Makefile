@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SRC    := lambdaml analytic_model functions tests bench
 
-.PHONY: setup demo test lint format services clean
+.PHONY: setup demo test lint format services clean cli-docs
 
 setup: $(STAMP)
 
@@ -32,6 +32,10 @@ lint: setup
 	$(BIN)/ruff check $(SRC)
 	$(BIN)/ruff format --check $(SRC)
 	$(BIN)/mypy lambdaml analytic_model
+
+# docs/cli.md is rendered from the command's parser; tests/unit/test_cli_reference.py holds them equal.
+cli-docs: setup
+	$(BIN)/python -m lambdaml.cli.reference > docs/cli.md
 
 format: setup
 	$(BIN)/ruff check --fix $(SRC)

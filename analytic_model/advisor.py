@@ -98,13 +98,7 @@ class Advice:
 
     def plot(self, path: str | Path) -> Path:
         """Cost against time of every configuration, the front drawn through (needs matplotlib)."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ConfigError("--plot needs matplotlib: pip install 'lambdaml[plot]'") from None
+        plt = pyplot()
         path = Path(path)
         fig, ax = plt.subplots(figsize=(8, 5.5))
         for platform, colour in (("faas", "tab:orange"), ("iaas", "tab:blue")):
@@ -200,6 +194,18 @@ def advise(
     return Advice(workload, region, profile.target, rows, skipped)
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing to files only (no display needed); a one-line hint where it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'lambdaml[plot]'") from None
+    return plt
+
+
 _UNITS = {
     "": 1,
     "b": 1,
@@ -244,17 +250,26 @@ def epochs_to_target(result: dict[str, Any], target_loss: float) -> float:
 
 
 def _time(seconds: float) -> str:
+    """A duration in 6 characters or fewer below 1000 days (``523ms``, ``12.3s``, ``10.3m``, ``2.5h``, ``82.9d``)."""
     if seconds < 1:
         return f"{seconds * 1e3:.0f}ms"
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
-        return f"{seconds / 60:.1f}min"
-    return f"{seconds / 3600:.1f}h"
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
 
 
 def _money(dollars: float) -> str:
-    return f"${dollars:.4f}" if dollars < 1 else f"${dollars:,.2f}"
+    """Dollars to a millionth below a cent (a short run), a hundredth of a cent below $1, the cent below
+    $1000, and whole dollars from there."""
+    if dollars < 0.01:
+        return f"${dollars:.6f}"
+    if dollars < 1:
+        return f"${dollars:.4f}"
+    return f"${dollars:,.2f}" if dollars < 1000 else f"${dollars:,.0f}"
 
 
 format_time = _time

@@ -20,6 +20,14 @@ def is_loopback(endpoint_url: str | None) -> bool:
     return host == "localhost" or host.startswith("127.")
 
 
+def has_credentials() -> bool:
+    """Whether boto3 finds AWS credentials here: the environment, config files, SSO, a container or
+    instance role. Only the last, on EC2, asks the network (the instance metadata service)."""
+    import boto3
+
+    return boto3.session.Session().get_credentials() is not None
+
+
 def client(
     service: str,
     *,

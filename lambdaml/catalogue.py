@@ -147,11 +147,20 @@ CHANNELS: Mapping[str, Plugin] = _index(
     Plugin("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel"),
     Plugin("memory", "lambdaml.channels.memory:MemoryChannel"),
 )
+#: The channels that connect separate processes (all but the in-process one): what a stack
+#: serves and calibration measures.
+SHARED_CHANNELS: tuple[str, ...] = tuple(name for name in CHANNELS if name != "memory")
 
 BACKENDS: Mapping[str, Plugin] = _index(
     Plugin("local", "lambdaml.backends.local:LocalBackend"),
     Plugin("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend", needs="torch"),
 )
+
+#: Where ``data prepare`` takes a dataset's rows from: files in these formats, a generator, or a
+#: small dataset shipped in a package (the readers are lambdaml.data.prepare's and .builtin's).
+DATASET_FORMATS = ("libsvm", "csv", "npz", "cifar10")
+SYNTHETIC_DATASETS = ("higgs", "rcv1")
+BUILTIN_DATASETS = ("digits", "breast_cancer", "mnist5k")
 
 #: Every kind of plug-in, by the word its errors use.
 KINDS: Mapping[str, Mapping[str, Plugin]] = {

@@ -1,4 +1,4 @@
-"""Side-by-side comparison of finished runs: a table, and loss against time and dollars.
+"""Side-by-side comparison of finished runs: tables, and loss against time and dollars.
 
 Any result record works (local FaaS, Lambda, iaas-local, an EC2 cluster), so a FaaS run
 and its IaaS baseline read the same way. Ratios are against the first result given.
@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from lambdaml.errors import ConfigError
 from lambdaml.runtime.reports import JobResult
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 _BREAKDOWN = ("load_s", "compute_s", "communicate_s", "wait_s")
 
@@ -45,7 +47,8 @@ def label(result: JobResult) -> str:
 
 @dataclass(frozen=True)
 class Summary:
-    """One run's row: wall time, per-epoch time, mean per-worker breakdown, cost, final loss."""
+    """One run's row: wall time, per-epoch time, mean per-worker breakdown, cost, final loss,
+    and its time per epoch and cost as multiples of the first run's (None where that cost nothing)."""
 
     label: str
     wall_s: float
@@ -54,6 +57,8 @@ class Summary:
     dollars: float
     loss: float
     accuracy: float | None
+    time_ratio: float = 1.0
+    cost_ratio: float | None = None
 
 
 def summary(result: JobResult) -> Summary:
@@ -71,35 +76,56 @@ def summary(result: JobResult) -> Summary:
     )
 
 
-def comparison_table(results: Sequence[JobResult]) -> Table:
+def summaries(results: Sequence[JobResult]) -> list[Summary]:
+    """Every run's summary, with its ratios against the first run's."""
     rows = [summary(r) for r in results]
     base = rows[0]
-    table = Table(title=f"runs compared (ratios against {base.label})", title_justify="left")
-    columns = ["run", "wall s", "s/epoch", "load", "compute", "comm", "wait", "$", "time x", "cost x", "loss", "acc"]
-    for column in columns:
-        table.add_column(column, justify="left" if column == "run" else "right")
+    return [
+        replace(
+            row,
+            time_ratio=row.epoch_s / base.epoch_s,
+            cost_ratio=row.dollars / base.dollars if base.dollars else None,
+        )
+        for row in rows
+    ]
+
+
+def comparison_tables(results: Sequence[JobResult]) -> list[Table]:
+    """Two tables, where the runs took their time and what they cost and reached, each fitting 80 columns."""
+    from analytic_model.advisor import format_money, format_time
+    from lambdaml.cli.output import new_table
+
+    rows = summaries(results)
+    times = new_table("time per run", ("run", "wall", "per epoch", "load", "compute", "comm", "wait"))
+    outcome = new_table(
+        f"cost and outcome per run (x: against {rows[0].label})",
+        ("run", "cost", "time x", "cost x", "loss", "accuracy"),
+    )
     for row in rows:
-        table.add_row(
+        times.add_row(
+            row.label, *(format_time(s) for s in (row.wall_s, row.epoch_s, *(row.breakdown[k] for k in _BREAKDOWN)))
+        )
+        outcome.add_row(
             row.label,
-            f"{row.wall_s:.1f}",
-            f"{row.epoch_s:.2f}",
-            *(f"{row.breakdown[k]:.2f}" for k in _BREAKDOWN),
-            f"{row.dollars:.6f}",
-            f"{row.epoch_s / base.epoch_s:.2f}",
-            f"{row.dollars / base.dollars:.2f}" if base.dollars else "-",
+            format_money(row.dollars),
+            f"{row.time_ratio:.2f}",
+            "-" if row.cost_ratio is None else f"{row.cost_ratio:.2f}",
             f"{row.loss:.5f}",
             "-" if row.accuracy is None else f"{row.accuracy:.4f}",
         )
-    return table
+    return [times, outcome]
+
+
+def comparison_json(results: Sequence[JobResult]) -> list[dict[str, object]]:
+    """The same figures as the tables, unrounded."""
+    return [asdict(row) for row in summaries(results)]
 
 
 def plot_comparison(results: Sequence[JobResult], path: str | Path) -> Path:
     """Loss against wall time and against dollars; cost accrues evenly over a run's time."""
-    import matplotlib
+    from analytic_model.advisor import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (by_time, by_cost) = plt.subplots(1, 2, figsize=(11, 4.2))
     for result in results:
         elapsed = [p.elapsed_s for p in result.loss_curve]

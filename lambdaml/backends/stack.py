@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -52,31 +54,121 @@ class Stack:
     def client(self, service: str, **kwargs: Any) -> Any:
         return aws.client(service, endpoint_url=self.endpoints.get(service), region=self.region, **kwargs)
 
+    def environment(self) -> settings.StackEnvironment:
+        """What the stack's functions know of it (on AWS, their environment), read from its outputs."""
+        host, _, port = self.outputs.get("CacheEndpoint", "").partition(":")
+        cache_kind = self.outputs.get("CacheKind")
+        return settings.StackEnvironment(
+            data_bucket=self.outputs.get("DataBucketName"),
+            comm_bucket=self.outputs.get("CommBucketName"),
+            channel_table=self.outputs.get("ChannelTableName"),
+            cache_kind=cache_kind,
+            cache_host=host or None,
+            cache_port=int(port) if port.isdigit() else None,
+            cache_tls=cache_kind == "redis" and not self.endpoints,  # ElastiCache Redis speaks TLS only
+            worker_function=self.outputs.get("WorkerFunctionName"),
+            torch_worker_function=self.outputs.get("TorchWorkerFunctionName"),
+        )
+
+
+def record_path(name: str) -> Path:
+    """Where ``lambdaml local up`` records a local stack of this name."""
+    return local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
+
+
+def local_stack_names() -> list[str]:
+    """The stacks ``lambdaml local up`` has recorded (up, or down since)."""
+    return sorted(path.stem for path in local_stacks().glob("*.json"))
+
+
+def local_record(name: str) -> dict[str, Any] | None:
+    """What ``lambdaml local up`` recorded of a stack, or None where it recorded nothing of that name.
+
+    A record's endpoints are all loopback and include CloudFormation's, so a local stack's name
+    never reaches AWS; a record that breaks this is refused.
+    """
+    path = record_path(name)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"local stack {name!r}: cannot read {path}: {exc}") from None
+    endpoints = record.get("endpoints") if isinstance(record, dict) else None
+    if (
+        not isinstance(endpoints, dict)
+        or "cloudformation" not in endpoints
+        or not all(isinstance(url, str) and aws.is_loopback(url) for url in endpoints.values())
+    ):
+        raise ConfigError(
+            f"local stack {name!r}: {path} names no loopback endpoints; delete it and run lambdaml local up"
+        )
+    checked: dict[str, Any] = record
+    return checked
+
+
+def refusing_endpoint(record: dict[str, Any]) -> str | None:
+    """The first of a local stack's endpoints where nothing accepts a connection: the stack is down."""
+    for url in dict.fromkeys(record["endpoints"].values()):
+        address = urlparse(url)
+        try:
+            with socket.create_connection((address.hostname or "127.0.0.1", address.port or 80), timeout=1.0):
+                pass
+        except OSError:
+            return str(url)
+    return None
+
 
 def resolve_stack(name: str, *, region: str = "us-east-1") -> Stack:
-    """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``."""
-    local = local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
-    endpoints: dict[str, str] = {}
-    local_outputs: dict[str, str] = {}  # what the local stack serves itself (its cache)
-    if local.exists():
-        record = json.loads(local.read_text())
-        endpoints, region = record["endpoints"], record.get("region", region)
-        local_outputs = record.get("outputs", {})
-    cloudformation = aws.client("cloudformation", endpoint_url=endpoints.get("cloudformation"), region=region)
+    """Read a stack's outputs: a local stack's endpoints come from ``lambdaml local up``, others are AWS's."""
+    record = local_record(name)
+    if record is None:
+        return Stack(name, _aws_outputs(name, region), region)
+    down = refusing_endpoint(record)
+    if down is not None:
+        raise ConfigError(
+            f"local stack {name!r} is down (nothing answers at {down}); start it with: lambdaml local up --name {name}"
+        )
+    endpoints, region = record["endpoints"], record.get("region", region)
+    cloudformation = aws.client("cloudformation", endpoint_url=endpoints["cloudformation"], region=region)
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
-    except Exception as exc:  # botocore's errors: a missing stack or no way to reach it
-        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    except Exception as exc:  # botocore's errors: moto lost the stack, or stopped answering
+        raise ConfigError(f"cannot read local stack {name!r}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    return Stack(name, {**outputs, **local_outputs}, region, endpoints)
+    return Stack(name, {**outputs, **record.get("outputs", {})}, region, endpoints)  # the local cache's too
+
+
+def _aws_outputs(name: str, region: str) -> dict[str, str]:
+    """A deployed stack's outputs; a name AWS does not know (or cannot be asked about) is one line."""
+    from botocore.exceptions import ClientError
+
+    local = f"local stacks: {', '.join(local_stack_names()) or 'none'}"
+    if not aws.has_credentials():
+        raise ConfigError(f"unknown stack {name!r}; {local} (and no AWS credentials to look for a deployed one)")
+    try:
+        stacks = aws.client("cloudformation", region=region).describe_stacks(StackName=name)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            raise ConfigError(f"unknown stack {name!r}: not deployed in {region}; {local}") from None
+        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    except Exception as exc:  # botocore's others: no way to reach AWS
+        raise ConfigError(f"cannot read stack {name!r}: {exc}") from None
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
 
 
 def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
-    """A job file's content with its storage and channel pointed at the stack's resources."""
+    """A job file's content with its storage and channel pointed at the stack's resources.
+
+    The bound job is checked as the stack's coordinator would check it (a cache of another kind
+    than the job's channel, or none, is refused here), before anything is invoked.
+    """
+    from lambdaml.runtime.lambda_handlers import check_fits_stack
+
     if not isinstance(job, dict):
         return parse_job(job, source)  # reports the shape error
     data = {**job, "storage": dict(job.get("storage") or {}), "channel": dict(job.get("channel") or {"kind": "s3"})}
-    s3 = stack.endpoints.get("s3")
+    s3, environment = stack.endpoints.get("s3"), stack.environment()
     data["storage"].update(bucket=stack.output("DataBucketName"), endpoint_url=s3, region=stack.region)
     channel = data["channel"]
     kind = channel.get("kind", "s3")
@@ -84,17 +176,19 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
         channel.update(bucket=stack.output("CommBucketName"), endpoint_url=s3, region=stack.region)
     elif kind == "dynamodb":
         channel.update(table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"))
-    elif kind in ("redis", "memcached") and "CacheEndpoint" in stack.outputs:
-        host, _, port = stack.outputs["CacheEndpoint"].partition(":")
-        channel.update(host=host, port=int(port) if port else None)
-        if kind == "redis" and not stack.endpoints:  # ElastiCache Redis in the template has transit encryption on
+    elif kind == environment.cache_kind:
+        channel.update(host=environment.cache_host, port=environment.cache_port)
+        if environment.cache_tls:  # ElastiCache Redis in the template has transit encryption on
             channel["tls"] = True
             # ... and an AUTH token in Secrets Manager, which the functions' roles may read
             if "CacheAuthSecretArn" in stack.outputs and "auth" not in channel:
                 channel["auth"] = {"secret_id": stack.outputs["CacheAuthSecretArn"]}
-    elif kind == "memory":
-        raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
-    return parse_job(data, source)
+    bound = parse_job(data, source)
+    try:
+        check_fits_stack(bound, environment)
+    except ConfigError as exc:
+        raise ConfigError(f"stack {stack.name!r}: {exc}") from None
+    return bound
 
 
 def check_concurrency(job: JobSpec, stack: Stack) -> None:

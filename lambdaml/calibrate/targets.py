@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
+from lambdaml import catalogue
 from lambdaml.calibrate.probing import median_time
 from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.errors import ConfigError
@@ -16,7 +17,7 @@ from lambdaml.errors import ConfigError
 if TYPE_CHECKING:
     from lambdaml.backends.stack import Stack
 
-KINDS = ("s3", "redis", "memcached", "dynamodb")
+KINDS = catalogue.SHARED_CHANNELS
 
 
 @contextmanager
@@ -78,12 +79,11 @@ def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec
                 region=stack.region,
             )  # fmt: skip
         elif kind in ("redis", "memcached"):
-            if "CacheEndpoint" not in stack.outputs or stack.outputs.get("CacheKind", kind) != kind:
+            cache = stack.environment()
+            if cache.cache_kind != kind or cache.cache_host is None:
                 raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
-            host, _, port = stack.outputs["CacheEndpoint"].partition(":")
-            tls = kind == "redis" and not stack.endpoints  # ElastiCache Redis in the template speaks TLS only
             specs[kind] = ChannelSpec.model_validate(
-                {"kind": kind, "host": host, "port": int(port) if port else None, "tls": tls}
+                {"kind": kind, "host": cache.cache_host, "port": cache.cache_port, "tls": cache.cache_tls}
             )
         else:
             raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")

@@ -14,28 +14,40 @@ from lambdaml.cli.advice import _names, _number, _workload_from, cmd_advise, cmd
 from lambdaml.cli.data import _memory_limit, cmd_data
 from lambdaml.cli.demo import cmd_demo
 from lambdaml.cli.iaas import cmd_compare, cmd_iaas
-from lambdaml.cli.output import _accuracy_of, _print_advice, _print_profile, console, errors, one_line, print_result
-from lambdaml.cli.parser import build_parser
+from lambdaml.cli.output import (
+    _accuracy_of,
+    _print_advice,
+    _print_profile,
+    configure,
+    console,
+    errors,
+    one_line,
+    print_result,
+)
+from lambdaml.cli.parser import build_parser, verbosity
 from lambdaml.cli.stack import cmd_cancel, cmd_local, cmd_status
 from lambdaml.cli.train import cmd_train, train
 from lambdaml.errors import LambdaMLError
 
 EXIT_ERROR = 1
-EXIT_USAGE = 2
+#: Logging levels from -q (and below) up to -vv (and above).
+LEVELS = (logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
+        args = build_parser().parse_args(argv)
+        loudness = verbosity(args)
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger().setLevel(LEVELS[max(0, min(loudness + 1, len(LEVELS) - 1))])  # each run its own
+        configure(quiet=loudness < 0, json=getattr(args, "output", "table") == "json")
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
         handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
         handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
         handler = handlers[args.command]
         return handler(args)
+    except SystemExit as exc:  # --help and --version have printed what was asked
+        return exc.code if isinstance(exc.code, int) else 0
     except LambdaMLError as exc:
         errors.print(f"error: {one_line(str(exc))}", soft_wrap=True)
         return EXIT_ERROR
@@ -49,7 +61,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 __all__ = [
     "EXIT_ERROR",
-    "EXIT_USAGE",
     "_accuracy_of",
     "_memory_limit",
     "_names",
@@ -68,6 +79,7 @@ __all__ = [
     "cmd_local",
     "cmd_status",
     "cmd_train",
+    "configure",
     "console",
     "errors",
     "main",

@@ -6,7 +6,7 @@ import argparse
 import itertools
 from importlib import resources
 
-from lambdaml.cli.output import console, print_dataset, print_result
+from lambdaml.cli.output import console, print_dataset, print_result, progress
 from lambdaml.cli.train import train
 
 
@@ -18,7 +18,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from lambdaml.data.prepare import DatasetSource, prepare_dataset
     from lambdaml.local.services import running, start_moto
 
-    console.print("starting an embedded local S3 (moto) ...")
+    progress.print("starting an embedded local S3 (moto) ...")
     with running(start_moto()) as (moto,):
         data = yaml.safe_load(resources.files("lambdaml.examples").joinpath("higgs-lr.yaml").read_text())
         data["workers"] = args.workers

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lambdaml.cli.output import console, literal_console
+from lambdaml.cli.output import console, print_json
 
 
 def cmd_iaas(args: argparse.Namespace) -> int:
@@ -47,12 +47,15 @@ def cmd_iaas(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from lambdaml.compare import comparison_table, load_results, plot_comparison
+    from lambdaml.compare import comparison_json, comparison_tables, load_results, plot_comparison
 
     results = load_results(args.results)
-    # Never squeeze a run's name or figures; run labels come from result files: no markup.
-    wide = literal_console(width=max(console.width, 150))
-    wide.print(comparison_table(results))
-    plot_comparison(results, args.plot)
-    console.print(f"plot: {args.plot}")
+    plot = plot_comparison(results, args.plot) if args.plot else None
+    if args.output == "json":
+        print_json({"runs": comparison_json(results), "plot": str(plot) if plot else None})
+        return 0
+    for table in comparison_tables(results):
+        console.print(table)
+    if plot is not None:
+        console.print(f"plot: {plot}")
     return 0

@@ -8,12 +8,17 @@ setting.
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from lambdaml.data.shards import Manifest
     from lambdaml.runtime.reports import JobResult
 
@@ -25,6 +30,13 @@ def literal_console(*, stderr: bool = False, width: int | None = None) -> Consol
 
 console = literal_console()
 errors = literal_console(stderr=True)
+#: What a command says while it works (a job's epochs, calibration steps), as against its result.
+progress = literal_console()
+
+
+def configure(*, quiet: bool, json: bool) -> None:
+    """Set up one command's progress lines: none under -q; on stderr while stdout carries JSON."""
+    progress.quiet, progress.stderr = quiet, json
 
 
 def one_line(message: str) -> str:
@@ -40,23 +52,54 @@ def _accuracy_of(result: JobResult) -> str:
     return f" over {classes} classes" + (f" (most common class alone: {majority:.4f})" if majority is not None else "")
 
 
-def print_result(result: JobResult) -> None:
+def new_table(title: str, columns: Sequence[str], *, left: int = 1) -> Table:
+    """A table in the style every command prints: the first ``left`` columns text, the rest figures.
+
+    No cell wraps or is cut; instead headers are short and figures formatted to a few
+    characters, so each table fits 80 columns (tests/unit/test_tables_fit.py holds them to it).
+    """
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="time per worker (s)", title_justify="left")
-    for column in ("rank", "load", "compute", "communicate", "wait", "total", "requests", "MB sent", "KB sent/round"):
-        table.add_column(column, justify="right")
+    # A rule under the headers, two spaces between columns, nothing at the edges.
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 1), pad_edge=False
+    )
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i < left else "right", no_wrap=True)
+    return table
+
+
+def size(count: float) -> str:
+    """Bytes in at most 7 characters below a petabyte: ``304B``, ``121.6KB``, ``1.2GB`` (decimal units)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 999.95:
+            return f"{count:.0f}{unit}" if unit == "B" else f"{count:.1f}{unit}"
+        count /= 1000
+    return f"{count:.1f}TB"
+
+
+def result_table(result: JobResult) -> Table:
+    """Each rank's times and channel traffic."""
+    from analytic_model.advisor import format_time
+
+    columns = ("rank", "load", "compute", "comm", "wait", "total", "requests", "sent", "sent/round")
+    table = new_table("time and traffic per worker", columns, left=0)
     for w in result.workers:
         t, channel = w.times, w.channel
         per_round = channel.per_round.bytes_sent_per_round if channel.per_round else 0.0
         table.add_row(
             str(w.rank),
-            *(f"{s:.2f}" for s in (t.load_s, t.compute_s, t.communicate_s, t.wait_s, t.total_s)),
+            *(format_time(s) for s in (t.load_s, t.compute_s, t.communicate_s, t.wait_s, t.total_s)),
             str(int(channel.requests)),
-            f"{channel.bytes_sent / 1e6:.2f}",
-            f"{per_round / 1e3:.1f}",
+            size(channel.bytes_sent),
+            size(per_round),
         )
-    console.print(table)
+    return table
+
+
+def print_result(result: JobResult) -> None:
+    console.print(result_table(result))
     if result.test_accuracy is not None:
         console.print(
             f"test accuracy {result.test_accuracy:.4f}{_accuracy_of(result)}  test loss {result.test_loss:.5f}"
@@ -81,6 +124,11 @@ def print_result(result: JobResult) -> None:
         console.print(f"result: {result.result_path}")
 
 
+def print_json(data: object) -> None:
+    """What ``--output json`` prints: one JSON document on stdout, nothing else there."""
+    sys.stdout.write(json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
 def print_dataset(manifest: Manifest, bucket: str) -> None:
     """The one line ``data prepare`` (and the demo) ends with: what was written, and where."""
     console.print(
@@ -90,12 +138,10 @@ def print_dataset(manifest: Manifest, bucket: str) -> None:
     )
 
 
-def _print_profile(measured: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"channels ({measured['target']})", title_justify="left")
-    for column in ("channel", "put ms", "get ms", "put MB/s", "get MB/s", "store ms/request"):
-        table.add_column(column, justify="right")
+def profile_table(measured: dict[str, Any]) -> Table:
+    """What calibration measured of each channel."""
+    columns = ("channel", "put ms", "get ms", "put MB/s", "get MB/s", "store ms/request")
+    table = new_table(f"channels ({measured['target']})", columns)
     for kind, c in sorted(measured["channels"].items()):
         table.add_row(
             kind,
@@ -105,7 +151,11 @@ def _print_profile(measured: dict[str, Any]) -> None:
             f"{c['bandwidth_get_Bps'] / 1e6:.0f}",
             f"{c['server_get_s'] * 1e3:.3f}",
         )
-    console.print(table)
+    return table
+
+
+def _print_profile(measured: dict[str, Any]) -> None:
+    console.print(profile_table(measured))
     for key, m in measured.get("compute", {}).get("measured", {}).items():
         console.print(
             f"compute {key}: {m['per_sample_s'] * 1e6:.3f} us per sample, {m['per_step_s'] * 1e6:.0f} us per step",
@@ -120,33 +170,22 @@ def _print_profile(measured: dict[str, Any]) -> None:
     )
 
 
-def _print_advice(advice: Any, *, every: bool) -> None:
-    from rich.table import Table
+#: How the advice table names a communication pattern.
+_PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR"}
 
+
+def advice_table(advice: Any, *, every: bool) -> Table:
+    """The configurations the advisor predicted, fastest first; ``*`` marks the Pareto front."""
     from analytic_model.advisor import format_money, format_time
 
-    w = advice.workload
-    console.print(
-        Text.assemble(
-            (w.model, "bold"),
-            f" with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
-            f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
-            f"profile {advice.target}",
-        ),
-        soft_wrap=True,
-    )
     front = {id(p) for p in advice.pareto}
     rows = [(p, id(p) in front) for p in sorted(advice.rows, key=lambda p: (p.time_s, p.cost))]
     title = "every configuration" if every else "the Pareto front (*) and the fastest of each channel and instance type"
-    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-    for column in ("", "configuration", "time", "cost", "start+load", "compute", "comm"):
-        left = column in ("", "configuration")
-        table.add_column(column, justify="left" if left else "right", no_wrap=True)
-    short = {"allreduce": "AR", "scatter_reduce": "SR"}
+    table = new_table(title, ("", "configuration", "time", "cost", "start", "compute", "comm"), left=2)
     for p, best in rows if every else advice.summary_rows():
         t = p.time
         if p.platform == "faas":
-            how = f" {p.option} {short.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
+            how = f" {p.option} {_PATTERN_SHORT.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
             where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB"
         else:
             where = f"IaaS {p.workers:>3} {p.option}"
@@ -159,7 +198,31 @@ def _print_advice(advice: Any, *, every: bool) -> None:
             format_time(t["compute_s"]),
             format_time(t["communicate_s"] + t.get("checkpoint_s", 0.0) + t.get("continuation_s", 0.0)),
         )
-    console.print(table)
+    return table
+
+
+def _print_advice(advice: Any, *, every: bool) -> None:
+    w = advice.workload
+    console.print(
+        Text.assemble(
+            (w.model, "bold"),
+            f" with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
+            f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
+            f"profile {advice.target}",
+        ),
+        soft_wrap=True,
+    )
+    console.print(advice_table(advice, every=every))
     if advice.skipped:
         console.print(f"{len(advice.skipped)} configurations skipped (e.g. {advice.skipped[0]})")
     console.print(advice.recommendation, soft_wrap=True)
+
+
+def status_table(status: dict[str, Any]) -> Table:
+    """A job's workers as their last heartbeats tell."""
+    table = new_table("workers", ("rank", "epoch", "loss", "invocation"), left=0)
+    for beat in status["heartbeats"]:
+        table.add_row(
+            str(beat["rank"]), f"{beat['epoch']}/{status['epochs']}", f"{beat['loss']:.5f}", str(beat["invocation"])
+        )
+    return table

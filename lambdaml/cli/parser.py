@@ -1,27 +1,124 @@
-"""The ``lambdaml`` command's arguments: one subcommand per thing a user does."""
+"""The ``lambdaml`` command's arguments: one subcommand per thing a user does.
+
+A mistake on the command line is a ConfigError, printed as one line like every other user
+error (argparse would print its usage and exit 2). ``-v`` and ``-q`` work at every level.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NoReturn
+
+from lambdaml import catalogue
+from lambdaml.errors import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise (one line, exit 1) instead of printing the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (see: {self.prog} --help)")
+
+
+def version() -> str:
+    """The installed distribution's version; the package's own where it runs from an uninstalled tree."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("lambdaml")
+    except metadata.PackageNotFoundError:
+        import lambdaml
+
+        return lambdaml.__version__
+
+
+def subcommands(parser: argparse.ArgumentParser, depth: int = 0) -> Iterator[tuple[argparse.ArgumentParser, int]]:
+    """The parser and every subcommand's parser under it, depth first, with its depth."""
+    yield parser, depth
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                yield from subcommands(child, depth + 1)
+
+
+def _verbosity_args(parser: argparse.ArgumentParser, depth: int) -> None:
+    # A subcommand parses into a namespace of its own that then overwrites its parent's values,
+    # so each level counts into names of its own; ``verbosity`` adds them up.
+    loud, quiet = f"verbose_{depth}", f"quiet_{depth}"
+    parser.add_argument("-v", "--verbose", action="count", default=0, dest=loud, help="more logging (-vv: debug)")
+    parser.add_argument("-q", "--quiet", action="count", default=0, dest=quiet, help="print only results and errors")
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """How many -v less how many -q, wherever on the command line they stood."""
+    counts: dict[str, int] = {k: v for k, v in vars(args).items() if k.startswith(("verbose_", "quiet_"))}
+    return sum(v if k.startswith("verbose_") else -v for k, v in counts.items())
+
+
+def split_names(text: str) -> list[str]:
+    """``a, b,c`` -> ``["a", "b", "c"]``: an option's comma-separated list."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
+    """The type of an option listing names from a closed set: checked as the command line is parsed."""
+    allowed = tuple(known)
+
+    def parse(text: str) -> list[str]:
+        names = split_names(text)
+        unknown = [name for name in names if name not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(allowed)}")
+        if not names:
+            raise argparse.ArgumentTypeError("names nothing")
+        return names
+
+    return parse
+
+
+#: What ``--output`` prints: tables and lines for people, or one JSON document for programs.
+OUTPUTS = ("table", "json")
+
+
+def _output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output", choices=OUTPUTS, default="table", help="table (default), or json: one JSON document on stdout"
+    )
+    parser.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
+
+
+def _png(text: str) -> str:
+    # --plot's file is optional, so "--plot a.json b.json" would read a.json as the picture to write.
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
+    return text
+
+
+def _plot_arg(parser: argparse.ArgumentParser, what: str, name: str) -> None:
+    text = f"also draw {what} (default: {name})"
+    parser.add_argument("--plot", nargs="?", type=_png, const=name, default=None, metavar="FILE.png", help=text)
 
 
 def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
-    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--region", default="us-east-1", help="the bucket's AWS region (default: %(default)s)")
     parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lambdaml", description="Distributed ML training on serverless functions.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="lambdaml", description="Distributed ML training on serverless functions.")
+    parser.add_argument("--version", action="version", version=f"lambdaml {version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="run a training job from a job file")
     train.add_argument("job", help="job file (.yaml or .json)")
     train.add_argument(
-        "--backend", default="local", help="where workers run: local (FaaS-like processes), iaas-local (torchrun)"
+        "--backend",
+        default="local",
+        choices=list(catalogue.BACKENDS),
+        help="where workers run: local (FaaS-like processes), iaas-local (torchrun); default: %(default)s",
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
     train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM); used once")
@@ -30,12 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+    _output_args(train)
 
     local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
-    local_commands = local.add_subparsers(dest="local_command", required=True)
+    local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     local_up = local_commands.add_parser("up", help="start the local stack and create the template's resources")
     local_up.add_argument("--name", default="local", help="stack name (default: %(default)s)")
-    local_up.add_argument("--cache", choices=["none", "redis", "memcached"], default="none")
+    local_up.add_argument(
+        "--cache",
+        choices=["none", "redis", "memcached"],
+        default="none",
+        help="a cache for its channel (default: none)",
+    )
     local_up.add_argument(
         "--account-concurrency",
         type=int,
@@ -53,44 +156,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a template parameter, e.g. WorkerReservedConcurrency=4 (repeatable)",
     )
     local_down = local_commands.add_parser("down", help="stop the local stack")
-    local_down.add_argument("--name", default="local")
+    local_down.add_argument("--name", default="local", help="stack name (default: %(default)s)")
 
     iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
-    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True)
+    iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True, metavar="COMMAND")
     launch = iaas_commands.add_parser("launch", help="start a cluster that runs a job with torchrun (infra/ec2)")
     launch.add_argument("job", help="job file (.yaml or .json)")
     launch.add_argument("--name", required=True, help="cluster (stack) name")
     launch.add_argument("--workers", type=int, default=None, help="instances (default: the job's workers)")
     launch.add_argument("--instance-type", default=None, help="default: the job's iaas.instance_type")
-    launch.add_argument("--job-id", default=None)
+    launch.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM)")
     launch.add_argument("--image-id", default=None, help="default: the latest Amazon Linux 2023 AMI")
     launch.add_argument("--vpc-id", default=None, help="default: the default VPC")
     launch.add_argument("--subnet-id", default=None, help="default: the VPC's first subnet")
     launch.add_argument("--package", default=None, help="lambdaml wheel to install (default: built from source)")
     launch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the job's storage endpoint)")
     terminate = iaas_commands.add_parser("terminate", help="delete a cluster and what its launch uploaded")
-    terminate.add_argument("name")
+    terminate.add_argument("name", help="cluster (stack) name")
 
-    compare = commands.add_parser("compare", help="compare result files side by side (table and PNG)")
+    compare = commands.add_parser("compare", help="compare result files side by side (tables, and a PNG with --plot)")
     compare.add_argument("results", nargs="+", metavar="RESULT", help="result JSON files (from train)")
-    compare.add_argument("--plot", default="comparison.png", help="PNG to write (default: %(default)s)")
+    _plot_arg(compare, "loss against time and against dollars", "comparison.png")
+    _output_args(compare)
 
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
-        command.add_argument("job_id")
+        command.add_argument("job_id", help="the job's id, as train printed it")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
+        _output_args(command)
 
-    data = commands.add_parser("data", help="datasets").add_subparsers(dest="data_command", required=True)
+    data_commands = commands.add_parser("data", help="datasets")
+    data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
     prepare.add_argument("name", help="dataset name")
     source = prepare.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", nargs="+", metavar="FILE", help="dataset file (several for CIFAR-10 batches)")
-    source.add_argument("--synthetic", choices=["higgs", "rcv1"], help="generate a synthetic dataset")
-    source.add_argument(
-        "--builtin", choices=["digits", "breast_cancer", "mnist5k"], help="a small dataset shipped in a package"
-    )
+    source.add_argument("--synthetic", choices=catalogue.SYNTHETIC_DATASETS, help="generate a synthetic dataset")
+    source.add_argument("--builtin", choices=catalogue.BUILTIN_DATASETS, help="a small dataset shipped in a package")
     prepare.add_argument(
-        "--format", choices=["libsvm", "csv", "npz", "cifar10"], default=None, help="default: from the file suffix"
+        "--format", choices=catalogue.DATASET_FORMATS, default=None, help="default: from the file suffix"
     )
     prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
     prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
@@ -103,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
     prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
-    prepare.add_argument("--test-fraction", type=float, default=0.2)
-    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument(
+        "--test-fraction", type=float, default=0.2, help="share of rows held out for testing (default: %(default)s)"
+    )
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the shuffle and of synthetic data (default: 0)")
     prepare.add_argument(
         "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
     )
@@ -113,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     _advisor_parsers(commands)
 
     demo = commands.add_parser("demo", help="train LR on synthetic Higgs-like data on an embedded local S3")
-    demo.add_argument("--workers", type=int, default=4)
-    demo.add_argument("--epochs", type=int, default=5)
-    demo.add_argument("--rows", type=int, default=40_000)
+    demo.add_argument("--workers", type=int, default=4, help="workers, and shards (default: %(default)s)")
+    demo.add_argument("--epochs", type=int, default=5, help="epochs (default: %(default)s)")
+    demo.add_argument("--rows", type=int, default=40_000, help="rows of synthetic data (default: %(default)s)")
+    for level, depth in subcommands(parser):
+        _verbosity_args(level, depth)
     return parser
 
 
@@ -124,8 +232,15 @@ def _advisor_parsers(commands: Any) -> None:
         "calibrate", help="measure channels, compute and start-up here (or on a stack) for the cost model"
     )
     calibrate.add_argument("--stack", default=None, help="measure this stack's channels (default: local services)")
-    calibrate.add_argument("--channels", default="s3,redis,memcached,dynamodb", help="comma-separated kinds")
-    calibrate.add_argument("--model", default="lr", help="model whose per-sample compute is timed (default: lr)")
+    calibrate.add_argument(
+        "--channels",
+        type=names_in("channel", catalogue.SHARED_CHANNELS),
+        default=",".join(catalogue.SHARED_CHANNELS),
+        help="comma-separated kinds (default: %(default)s)",
+    )
+    calibrate.add_argument(
+        "--model", default="lr", choices=list(catalogue.MODELS), help="model whose per-sample compute is timed"
+    )
     calibrate.add_argument("--features", type=int, default=28, help="its width (default: 28, as Higgs)")
     calibrate.add_argument("--sparse", action="store_true", help="time it on sparse (CSR) rows")
     calibrate.add_argument("--batch-size", type=int, default=100, help="batch size per worker (default: 100)")
@@ -134,6 +249,7 @@ def _advisor_parsers(commands: Any) -> None:
     calibrate.add_argument("--memcached", default=None, metavar="HOST:PORT", help="a running Memcached")
     calibrate.add_argument("--quick", action="store_true", help="fewer repeats (seconds instead of a minute)")
     calibrate.add_argument("--out", default=None, help="profile file (default: ~/.lambdaml/profiles/TARGET.json)")
+    _output_args(calibrate)
 
     advise = commands.add_parser("advise", help="predict time and cost on Lambda and EC2, and recommend one")
     advise.add_argument("--model", required=True, help="lr, svm, kmeans, mlp, mobilenet, resnet18, resnet50")
@@ -144,7 +260,12 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
     advise.add_argument("--k", default="8", help="kmeans clusters")
     advise.add_argument("--sparse", action="store_true", help="sparse rows (uses a profile's sparse timing)")
-    advise.add_argument("--algorithm", default="ga_sgd", help="ga_sgd, ma_sgd, admm, kmeans")
+    advise.add_argument(
+        "--algorithm",
+        default="ga_sgd",
+        choices=list(catalogue.ALGORITHMS),
+        help="the model predicts ga_sgd, ma_sgd, admm, kmeans",
+    )
     advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
     advise.add_argument("--batch-size", default="100", help="batch size per worker")
     advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")
@@ -154,13 +275,23 @@ def _advisor_parsers(commands: Any) -> None:
     length.add_argument("--from-result", default=None, metavar="RESULT.json", help="a short measured run's result")
     advise.add_argument("--target-loss", default=None, help="with --from-result: the loss to reach")
     advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
-    advise.add_argument("--channels", default=None, help="channels to try (default: all the profile knows)")
-    advise.add_argument("--patterns", default="allreduce,scatter_reduce")
+    advise.add_argument(
+        "--channels",
+        type=names_in("channel", catalogue.SHARED_CHANNELS),
+        default=None,
+        help="channels to try (default: all the profile knows)",
+    )
+    advise.add_argument(
+        "--patterns",
+        type=names_in("pattern", catalogue.PATTERNS),
+        default=",".join(catalogue.PATTERNS),
+        help="communication patterns to try (default: %(default)s)",
+    )
     advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
-    advise.add_argument("--region", default="us-east-1")
+    advise.add_argument("--region", default="us-east-1", help="whose prices (default: %(default)s)")
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
-    advise.add_argument("--plot", default=None, metavar="FILE.png", help="write the cost-against-time picture")
-    advise.add_argument("--json", action="store_true", help="print the whole advice as JSON")
+    _plot_arg(advise, "cost against time", "advice.png")
+    _output_args(advise)
     advise.add_argument("--all", action="store_true", help="print every configuration, not just the summary")

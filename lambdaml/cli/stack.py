@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lambdaml.cli.output import console
+from lambdaml.cli.output import console, print_json, status_table
 from lambdaml.errors import ConfigError
 
 
@@ -37,12 +37,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     backend = StackBackend(resolve_stack(args.stack))
     status = backend.status(args.job_id)
+    if args.output == "json":
+        print_json(status)
+        return 0
     console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
-    for beat in status["heartbeats"]:
-        console.print(
-            f"  rank {beat['rank']}: epoch {beat['epoch']}/{status['epochs']}, loss {beat['loss']:.5f}, "
-            f"invocation {beat['invocation']}"
-        )
+    if status["heartbeats"]:
+        console.print(status_table(status))
     return 0
 
 
@@ -50,7 +50,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from lambdaml.backends.stack import StackBackend, resolve_stack
 
     status = StackBackend(resolve_stack(args.stack)).cancel(args.job_id)
-    console.print(f"job {args.job_id}: {status.get('state')}")
+    if args.output == "json":
+        print_json(status)
+    else:
+        console.print(f"job {args.job_id}: {status.get('state')}")
     return 0
 
 

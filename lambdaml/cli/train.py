@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from lambdaml.cli.output import console, errors, print_result
+from lambdaml.cli.output import errors, print_json, print_result, progress
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,7 +50,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
             )
         return 130
-    print_result(result)
+    if args.output == "json":
+        print_json(result.to_json())
+    else:
+        print_result(result)
     return 0
 
 
@@ -61,7 +64,7 @@ def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_
 
     epochs = job.algorithm.epochs
     where = f"{job.workers} workers" if backend.name != "lambda" else f"{job.workers} Lambda workers"
-    console.print(
+    progress.print(
         Text.assemble(
             f"{'resuming' if resume else 'job'} {job_id}: training ",
             (job.model.name, "bold"),
@@ -71,6 +74,6 @@ def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_
 
     def on_event(event: JobEvent) -> None:
         if event.rank == 0:  # the loss is global; one line per epoch
-            console.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
+            progress.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
 
     return run_job(job, job_id=job_id, backend=backend, resume=resume, on_event=on_event, results_dir=results_dir)

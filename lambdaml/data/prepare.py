@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 
 import lambdaml.storage
-from lambdaml import keys
+from lambdaml import catalogue, keys
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec
@@ -26,8 +26,8 @@ from lambdaml.data.sparse import Features
 from lambdaml.errors import ConfigError
 
 #: File formats of ``inputs``; a first file's suffix picks csv or npz, anything else reads as LIBSVM.
-FILE_FORMATS = ("libsvm", "csv", "npz", "cifar10")
-SYNTHETIC = ("higgs", "rcv1")
+FILE_FORMATS = catalogue.DATASET_FORMATS
+SYNTHETIC = catalogue.SYNTHETIC_DATASETS
 _SUFFIXES = {".csv": "csv", ".npz": "npz"}
 _INT32_MAX = int(np.iinfo(np.int32).max)
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from lambdaml import aws, keys, settings
-from lambdaml.backends.stack import local_stacks
+from lambdaml import aws, settings
+from lambdaml.backends.stack import local_record, record_path, refusing_endpoint
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.local import artifacts, services
 
@@ -52,10 +52,6 @@ def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 
 
 _CfnLoader.add_multi_constructor("!", _tag)
-
-
-def record_path(name: str) -> Path:
-    return local_stacks() / f"{keys.check_name(name, 'stack name')}.json"
 
 
 def _translate(template: Path, parameters: dict[str, str], out: Path) -> dict[str, Any]:
@@ -213,8 +209,11 @@ def up(
         overrides.setdefault("TorchImageUri", TORCH_IMAGE)
     template = template or ROOT / "template.yaml"
     path = record_path(name)
-    if path.exists():
-        raise ConfigError(f"local stack {name!r} is already up ({path}); run 'lambdaml local down' first")
+    previous = local_record(name)
+    if previous is not None:
+        if refusing_endpoint(previous) is None:
+            raise ConfigError(f"local stack {name!r} is already up ({path}); run 'lambdaml local down' first")
+        down(name)  # what is left of a stack that went down (a reboot, a killed moto): stopped, forgotten
     workdir = settings.home() / "local" / name
     workdir.mkdir(parents=True, exist_ok=True)
     built = build_dir or artifacts.sam_build(template)
@@ -243,7 +242,7 @@ def up(
             server = services.start_redis if cache == "redis" else services.start_memcached
             cache_service = server(log_path=workdir / f"{cache}.log")
             started.append(cache_service)
-            extra["CacheEndpoint"] = f"127.0.0.1:{cache_service.port}"
+            extra.update(CacheEndpoint=f"127.0.0.1:{cache_service.port}", CacheKind=cache)  # as the template's
         record: dict[str, Any] = {
             "name": name,
             "region": "us-east-1",

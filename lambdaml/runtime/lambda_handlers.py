@@ -136,7 +136,10 @@ def check_fits_stack(job: JobSpec, stack: settings.StackEnvironment) -> None:
         raise ConfigError(f"this stack's channel table is {stack.channel_table!r}, not {channel.table!r}{bind}")
     if channel.kind in ("redis", "memcached"):
         if stack.cache_kind is None:
-            raise ConfigError(f"the job's channel is {channel.kind}, but this stack has no cache; deploy it with one")
+            raise ConfigError(
+                f"the job's channel is {channel.kind}, but this stack has no cache; deploy it with one "
+                f"(a local stack: lambdaml local up --cache {channel.kind})"
+            )
         if channel.kind != stack.cache_kind:
             raise ConfigError(f"the job's channel is {channel.kind}, but this stack's cache is {stack.cache_kind}")
     if channel.kind == "memory":

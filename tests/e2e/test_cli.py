@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -70,6 +71,27 @@ def test_train_runs_and_writes_result(tmp_path: Path, small_dataset: StorageSpec
     assert "epoch   1/1" in result.stdout
     assert "test accuracy" in result.stdout
     assert len(list(tmp_path.glob("cli-*.json"))) == 1
+
+
+def test_train_output_json_is_the_result_alone_on_stdout(
+    tmp_path: Path, small_dataset: StorageSpec, services: Services
+) -> None:
+    path = job_file(tmp_path, small_dataset, services, channel={"kind": "memory"})
+    result = lambdaml("train", str(path), "--results-dir", str(tmp_path), "--output", "json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "succeeded" and record["result_path"] == str(next(tmp_path.glob("cli-*.json")))
+    assert "epoch   1/1" in result.stderr  # progress goes to stderr while stdout carries the JSON
+
+
+def test_train_quiet_prints_the_result_without_progress(
+    tmp_path: Path, small_dataset: StorageSpec, services: Services
+) -> None:
+    path = job_file(tmp_path, small_dataset, services, channel={"kind": "memory"})
+    result = lambdaml("train", str(path), "--results-dir", str(tmp_path), "-q")
+    assert result.returncode == 0, result.stderr
+    assert "epoch" not in result.stdout and "training" not in result.stdout and result.stderr == ""
+    assert "time and traffic per worker" in result.stdout and "test accuracy" in result.stdout
 
 
 def test_malformed_job_file(tmp_path: Path) -> None:

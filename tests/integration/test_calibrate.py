@@ -19,8 +19,10 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
 ) -> None:
     out = tmp_path / "local.json"
     argv = ["calibrate", "--quick", "--channels", "redis", "--redis", f"127.0.0.1:{redis_port}"]
-    assert main([*argv, "--endpoint-url", moto_url, "--out", str(out)]) == 0
-    assert f"profile: {out}" in capsys.readouterr().out
+    assert main([*argv, "--endpoint-url", moto_url, "--out", str(out), "--output", "json"]) == 0
+    captured = capsys.readouterr()
+    measured = json.loads(captured.out)  # stdout is the JSON alone; the steps went to stderr
+    assert measured["profile"] == str(out) and "redis" in measured["channels"] and "measuring" in captured.err
 
     profile = load_profile(out)
     assert profile.target == "local" and profile.shared_cores == cores()
@@ -68,9 +70,12 @@ def test_calibrate_errors_are_one_line(
     record = {"endpoints": {"cloudformation": dead, "s3": dead}, "region": "us-east-1", "outputs": {}}
     (tmp_path / "stacks" / "gone.json").write_text(json.dumps(record))
     for argv, message in (
-        (["calibrate", "--stack", "gone"], "error: cannot read stack 'gone': "),
-        (["calibrate", "--channels", "kafka"], "error: unknown channel 'kafka'; known: s3, redis, memcached, dynamodb"),
-        (["calibrate", "--model", "gpt"], "error: unknown model 'gpt'; known: "),
+        (["calibrate", "--stack", "gone"], "error: local stack 'gone' is down (nothing answers at http://127.0.0.1:"),
+        (
+            ["calibrate", "--channels", "kafka"],
+            "error: lambdaml calibrate: argument --channels: unknown channel 'kafka'; known: s3, redis, memcached, ",
+        ),
+        (["calibrate", "--model", "gpt"], "error: lambdaml calibrate: argument --model: invalid choice: 'gpt'"),
         (["calibrate", "--batch-size", "1"], "error: --features must be at least 1 and --batch-size at least 2"),
     ):
         assert main(argv) == 1

@@ -65,13 +65,19 @@ def test_advise_reads_a_profile_by_name(
     [
         (["--dataset-bytes", "-5"], "error: --dataset-bytes must be positive, got '-5'"),
         (["--samples", "-3"], "error: --samples must be positive, got '-3'"),
-        (["--channels", "kafka"], "error: unknown channel 'kafka'; the profile knows: dynamodb, memcached, redis, s3"),
+        (
+            ["--channels", "kafka"],
+            "error: lambdaml advise: argument --channels: unknown channel 'kafka'; known: s3, redis, memcached, ",
+        ),
         (["--instances", "x9.huge"], "error: unknown instance type 'x9.huge'; known: c5.2xlarge"),
         (["--model", "gpt"], "error: unknown model 'gpt'; known: kmeans, lr, mlp, mobilenet, resnet18, resnet50, svm"),
         (["--profile", "/no/such/profile.json"], "error: profile file '/no/such/profile.json' not found"),
         (["--from-result", "r.json"], "error: --from-result needs --target-loss"),
         (["--workers", "2,x"], "error: --workers must be a whole number, got 'x'"),
-        (["--patterns", "ring"], "error: unknown pattern 'ring'; known: allreduce, scatter_reduce"),
+        (["--patterns", "ring"], "error: lambdaml advise: argument --patterns: unknown pattern 'ring'; known: "),
+        (["--patterns", ","], "error: lambdaml advise: argument --patterns: names nothing"),
+        (["--algorithm", "sgd"], "error: lambdaml advise: argument --algorithm: invalid choice: 'sgd'"),
+        (["--algorithm", "dpsgd"], "error: algorithm 'dpsgd' is not modelled yet"),
         (["--region", "mars-1"], "error: no prices for region 'mars-1'"),
     ],
 )

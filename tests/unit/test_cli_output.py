@@ -50,7 +50,7 @@ def test_the_profile_table_prints_names_from_the_profile_literally(capsys: pytes
     }
     cli._print_profile(measured)
     out = capsys.readouterr().out
-    assert "channels (stack:[/x])" in out and "[/x] │" in out, out
+    assert "channels (stack:[/x])" in out and "\n[/x]   " in out, out  # the name whole, at the start of its row
 
 
 def test_advise_keeps_its_bold_banner_and_prints_the_profile_name_literally(
