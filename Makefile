@@ -69,13 +69,12 @@ template-check: sam-env
 # `sam build` without a container (manylinux wheels from PyPI); the torch image function has
 # no build metadata, so SAM skips it and no Docker is needed.
 zip-size-check: sam-env
-	rm -rf $(SAM_BUILD)
+	rm -rf $(SAM_BUILD) $(SAM_BUILD)-arm64
 	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam build -t template.yaml --build-dir $(SAM_BUILD)
-	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD)
-
-# The AWS CLI in its own venv, as SAM has: the tests point it at the local Lambda service.
-.PHONY: awscli-env
-awscli-env: .venv-awscli/.installed
+	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD) --architecture x86_64
+	$(SAM_OFFLINE) $(SAM_VENV)/bin/sam build -t template.yaml --build-dir $(SAM_BUILD)-arm64 \
+		--parameter-overrides Architecture=arm64
+	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD)-arm64 --architecture arm64
 
 # checkov (static security checks of CloudFormation) in its own venv: its pins clash with ours.
 # Without a Prisma Cloud key checkov reports no severities, so ANY failed check fails the build;

@@ -144,6 +144,7 @@ def advise(
     instances: Sequence[str] | None = None,
     region: str = "us-east-1",
     cache_node: str | None = None,
+    architecture: str = "x86_64",
 ) -> Advice:
     """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS)."""
     profile = profile or aws_profile()
@@ -180,7 +181,7 @@ def advise(
                 try:
                     rows.append(
                         predict_faas(workload, w, channel, pattern, memory, profile, region=region,
-                                     cache_node=cache_node)
+                                     cache_node=cache_node, architecture=architecture)
                     )  # fmt: skip
                 except Infeasible as exc:
                     skipped.append(f"FaaS {w} x {memory} MB over {channel}: {exc}")

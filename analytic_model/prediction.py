@@ -16,7 +16,7 @@ from typing import Any
 from analytic_model.collectives import Requests, collective, ring_allreduce_s
 from analytic_model.compute import compute_rates, faas_speed, iaas_speed, round_compute_s
 from analytic_model.profile import Profile
-from analytic_model.tables import prices, request_dollars
+from analytic_model.tables import gb_second_price, prices, request_dollars
 from analytic_model.transfers import Polling
 from analytic_model.workload import Workload, schedule
 from lambdaml.errors import ConfigError
@@ -75,8 +75,12 @@ def predict_faas(
     *,
     region: str = "us-east-1",
     cache_node: str | None = None,
+    architecture: str = "x86_64",
 ) -> Prediction:
-    """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``."""
+    """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``.
+
+    ``architecture`` sets the GB-second price; the compute speed is the profile's on either.
+    """
     info = workload.check(profile)
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
@@ -125,7 +129,7 @@ def predict_faas(
     billed_s = worker_s + continuation_s + cold
     gb_s = workers * billed_s * memory_mb / KB
     lam = table["lambda"]
-    lambda_dollars = gb_s * lam["gb_second_x86"] + (workers * invocations + 1) * lam["request"]
+    lambda_dollars = gb_s * gb_second_price(lam, architecture) + (workers * invocations + 1) * lam["request"]
     traffic = comm.requests.scaled(sched.rounds)
     storage_gets = workers * invocations + workers * (invocations - 1)  # shards, then checkpoints on resume
     storage_puts = workers * (checkpoints + invocations - 1)

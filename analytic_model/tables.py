@@ -7,6 +7,7 @@ from a checkout. ``lambdaml.cost`` prices finished jobs from the same table.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -33,6 +34,16 @@ def prices(region: str) -> dict[str, Any]:
         known = ", ".join(sorted(price_table()["regions"]))
         raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
     return region_prices
+
+
+ARCHITECTURES = ("x86_64", "arm64")
+
+
+def gb_second_price(table: Mapping[str, float], architecture: str) -> float:
+    """One region's Lambda price of a GB-second on ``architecture`` (x86_64, or arm64: Graviton)."""
+    if architecture not in ARCHITECTURES:
+        raise ConfigError(f"unknown Lambda architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
+    return float(table["gb_second_arm" if architecture == "arm64" else "gb_second_x86"])
 
 
 def aws_defaults() -> dict[str, Any]:

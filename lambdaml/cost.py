@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analytic_model.tables import price_table, prices, request_dollars
+from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
 from lambdaml.errors import ConfigError
 
 KB = 1024
@@ -25,15 +25,26 @@ class Invocation:
     duration_s: float
     memory_mb: int
     cold: bool = False  # results from before cold starts were counted do not say
+    architecture: str = "x86_64"  # arm64 (Graviton) bills less per GB-second
 
 
-def lambda_cost(invocations: Sequence[Invocation], region: str) -> dict[str, float]:
+def lambda_cost(invocations: Sequence[Invocation], region: str) -> dict[str, Any]:
     """Billed GB-seconds (duration rounded up to 1 ms, times memory) and requests, in dollars."""
     table = prices(region)["lambda"]
-    gb_s = sum(math.ceil(i.duration_s * 1000) / 1000 * i.memory_mb / KB for i in invocations)
-    dollars = gb_s * table["gb_second_x86"] + len(invocations) * table["request"]
+    gb_s = dollars = 0.0
+    for i in invocations:
+        billed = math.ceil(i.duration_s * 1000) / 1000 * i.memory_mb / KB
+        gb_s += billed
+        dollars += billed * gb_second_price(table, i.architecture)
+    dollars += len(invocations) * table["request"]
     cold = sum(1 for i in invocations if i.cold)
-    return {"invocations": len(invocations), "cold_starts": cold, "gb_seconds": gb_s, "dollars": dollars}
+    return {
+        "invocations": len(invocations),
+        "cold_starts": cold,
+        "gb_seconds": gb_s,
+        "architectures": sorted({i.architecture for i in invocations}),
+        "dollars": dollars,
+    }
 
 
 def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> dict[str, float]:

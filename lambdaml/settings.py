@@ -24,6 +24,7 @@ ENV_CACHE_PORT = "LAMBDAML_CACHE_PORT"
 ENV_CACHE_TLS = "LAMBDAML_CACHE_TLS"
 ENV_WORKER_FUNCTION = "LAMBDAML_WORKER_FUNCTION"  # the coordinator's: the zip worker
 ENV_TORCH_WORKER_FUNCTION = "LAMBDAML_TORCH_WORKER_FUNCTION"  # the coordinator's: the image worker, if deployed
+ENV_ARCHITECTURE = "LAMBDAML_ARCHITECTURE"  # x86_64 or arm64: which GB-second price the workers bill at
 
 
 def home() -> Path:
@@ -51,6 +52,7 @@ class StackEnvironment:
     cache_tls: bool
     worker_function: str | None
     torch_worker_function: str | None
+    architecture: str = "x86_64"
 
     @property
     def in_a_stack(self) -> bool:
@@ -69,4 +71,5 @@ def stack_environment() -> StackEnvironment:
         cache_tls=(_set(ENV_CACHE_TLS) or "").lower() == "true",
         worker_function=_set(ENV_WORKER_FUNCTION),
         torch_worker_function=_set(ENV_TORCH_WORKER_FUNCTION),
+        architecture=_set(ENV_ARCHITECTURE) or "x86_64",
     )

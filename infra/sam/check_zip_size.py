@@ -5,7 +5,10 @@ This reads the built template that `sam build` wrote (BUILD_DIR/template.yaml), 
 each zip function's artifact directory, prints a table and exits 1 when any function is at
 or over the limit. Run by `make zip-size-check` with .venv-sam's Python (stdlib + PyYAML).
 
-    python infra/sam/check_zip_size.py [--build-dir build/sam] [--limit-mb 250]
+    python infra/sam/check_zip_size.py [--build-dir build/sam] [--limit-mb 250] [--architecture arm64]
+
+With ``--architecture`` it also fails when a compiled extension is built for another
+instruction set (a wheel for the build machine instead of the function's architecture).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import yaml
 
 MB = 1024 * 1024  # Lambda's "250 MB" is 262,144,000 bytes = 250 * 2**20
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+# What CPython's extension-module suffix names each Lambda architecture.
+EXTENSION_TAGS = {"x86_64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -56,6 +61,13 @@ def tree_size(root: Path) -> tuple[int, int, dict[str, int]]:
     return total, files, per_entry
 
 
+def foreign_extensions(root: Path, architecture: str) -> list[str]:
+    """Compiled extension modules under root that are built for another architecture."""
+    wanted = EXTENSION_TAGS[architecture]
+    others = [tag for tag in EXTENSION_TAGS.values() if tag != wanted]
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*.so") if any(tag in path.name for tag in others))
+
+
 def zip_functions(build_dir: Path) -> dict[str, Path]:
     """Logical id -> artifact directory of every zip function in the built template."""
     template = yaml.load((build_dir / "template.yaml").read_text(), Loader=_CfnLoader)
@@ -77,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-dir", type=Path, default=Path("build/sam"), help="sam build's --build-dir")
     parser.add_argument("--limit-mb", type=float, default=250.0, help="fail at or above this many MB (2**20 bytes)")
+    parser.add_argument("--architecture", choices=sorted(EXTENSION_TAGS), help="check extensions are built for it")
     args = parser.parse_args(argv)
 
     if not (args.build_dir / "template.yaml").is_file():
@@ -97,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         total, files, per_entry = tree_size(path)
         over = total >= limit
         failed |= over
+        if args.architecture:
+            foreign = foreign_extensions(path, args.architecture)
+            if foreign:
+                message = f"check_zip_size: {logical_id}: {foreign[0]} is not built for {args.architecture}"
+                print(message, file=sys.stderr)
+                failed = True
         largest = sorted(per_entry.items(), key=lambda kv: -kv[1])[:3]
         rows.append(
             (
@@ -114,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if failed:
-        print(f"check_zip_size: a zip function is at or over {args.limit_mb:g} MB unzipped", file=sys.stderr)
+        print("check_zip_size: a zip function is too big or built for another architecture", file=sys.stderr)
         return 1
     return 0
 

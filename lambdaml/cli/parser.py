@@ -290,6 +290,12 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
     advise.add_argument("--region", default="us-east-1", help="whose prices (default: %(default)s)")
+    advise.add_argument(
+        "--architecture",
+        choices=["x86_64", "arm64"],
+        default="x86_64",
+        help="Lambda's instruction set: arm64 bills about 20%% less per GB-second (default: %(default)s)",
+    )
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
     _plot_arg(advise, "cost against time", "advice.png")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class Position:
     elapsed: list[float] | None = None
     times: dict[str, float] | None = None
     traffic: dict[str, float] | None = None
-    billed: list[dict[str, float]] | None = None  # one entry per finished invocation
+    billed: list[dict[str, Any]] | None = None  # one entry per finished invocation
 
     def order(self) -> tuple[int, int]:
         return (self.epoch, self.step)

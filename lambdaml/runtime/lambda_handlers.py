@@ -224,6 +224,7 @@ def work(
     lifetime = Lifetime(
         cold=cold,
         memory_mb=int(getattr(context, "memory_limit_in_mb", 0) or 0),
+        architecture=settings.stack_environment().architecture,
         started=started,
         remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
         margin_s=job.runtime.margin_s,

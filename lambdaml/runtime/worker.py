@@ -14,6 +14,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class Lifetime:
     margin_s: float = 10.0
     checkpoint_every: int = 50
     memory_mb: int = 0  # the invocation's memory size, for billed GB-seconds
+    architecture: str = "x86_64"  # the function's, for the GB-second price
     cold: bool = False  # whether this invocation started a new execution environment
     started: float = field(default_factory=time.perf_counter)  # when the invocation began
     #: A Lambda invocation: billed, and restarted within the attempt after a crash (so it first
@@ -200,7 +202,14 @@ def _run_worker(
         billed = list(position.billed or [])
         if lifetime is not None and lifetime.on_lambda:
             duration = time.perf_counter() - lifetime.started
-            billed.append({"duration_s": duration, "memory_mb": lifetime.memory_mb, "cold": lifetime.cold})
+            billed.append(
+                {
+                    "duration_s": duration,
+                    "memory_mb": lifetime.memory_mb,
+                    "cold": lifetime.cold,
+                    "architecture": lifetime.architecture,
+                }
+            )
         return Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
 
     if restarts:
@@ -301,6 +310,11 @@ def _run_worker(
     )
 
 
-def _invocation(billed: dict[str, float]) -> Invocation:
+def _invocation(billed: dict[str, Any]) -> Invocation:
     """A billed invocation as a checkpoint keeps it."""
-    return Invocation(float(billed["duration_s"]), int(billed["memory_mb"]), bool(billed.get("cold", False)))
+    return Invocation(
+        float(billed["duration_s"]),
+        int(billed["memory_mb"]),
+        bool(billed.get("cold", False)),
+        str(billed.get("architecture", "x86_64")),
+    )

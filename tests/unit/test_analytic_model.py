@@ -361,3 +361,15 @@ def test_the_model_is_pure_python() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_arm64_lambda_costs_less_per_gb_second_and_runs_as_fast() -> None:
+    profile = aws_profile()
+    x86 = predict_faas(HIGGS, 10, "s3", "scatter_reduce", 2048, profile)
+    arm = predict_faas(HIGGS, 10, "s3", "scatter_reduce", 2048, profile, architecture="arm64")
+    assert arm.time_s == x86.time_s and arm.costs["channel"] == x86.costs["channel"]
+    lam = prices("us-east-1")["lambda"]
+    requests = x86.invocations + 1
+    gb_s = (x86.costs["lambda"] - requests * lam["request"]) / lam["gb_second_x86"]
+    assert arm.costs["lambda"] == pytest.approx(gb_s * lam["gb_second_arm"] + requests * lam["request"])
+    assert arm.cost < x86.cost

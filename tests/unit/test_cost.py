@@ -21,6 +21,16 @@ def test_lambda_bills_duration_rounded_up_to_the_millisecond_times_memory() -> N
     assert cost["dollars"] == pytest.approx(2.502 * 0.0000166667 + 2 * 0.0000002)
 
 
+def test_arm64_invocations_bill_at_gravitons_gb_second_price() -> None:
+    arm = lambda_cost([Invocation(2.0, 1024, architecture="arm64")], "us-east-1")
+    assert arm["dollars"] == pytest.approx(2.0 * 0.0000133334 + 0.0000002)
+    mixed = lambda_cost([Invocation(2.0, 1024, architecture="arm64"), Invocation(2.0, 1024)], "us-east-1")
+    assert mixed["dollars"] == pytest.approx(2.0 * (0.0000133334 + 0.0000166667) + 2 * 0.0000002)
+    assert mixed["architectures"] == ["arm64", "x86_64"]
+    with pytest.raises(ConfigError, match="unknown Lambda architecture 'sparc'"):
+        lambda_cost([Invocation(1.0, 1024, architecture="sparc")], "us-east-1")
+
+
 def test_s3_requests_priced_by_class() -> None:
     traffic = {"puts": 1000, "gets": 2000, "lists": 10, "deletes": 10, "requests": 3020}
     cost = channel_cost("s3", traffic, wall_s=5, region="us-east-1")
