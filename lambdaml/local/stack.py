@@ -170,7 +170,7 @@ def function_configs(
             "timeout_s": float(values.resolve(props.get("Timeout", 3))),
             "memory_mb": int(values.resolve(props.get("MemorySize", 128))),
             "reserved_concurrency": None if reserved is None else int(reserved),
-            "architecture": str(values.resolve(props.get("Architectures", ["x86_64"]))[0]),
+            "architecture": str(values.resolve(props.get("Architectures", ["x86_64"])[0])),
             "description": str(props.get("Description", "")),
             "log_group": str(group or ""),
             "environment": {k: "" if v is None else str(v) for k, v in props["Environment"].items()},

@@ -146,6 +146,13 @@ def test_function_logs_are_in_cloudwatch_logs_where_lambda_puts_them(local_stack
 
         listed = aws("lambda", "list-functions")["Functions"]
         assert worker in [f["FunctionName"] for f in listed]
+        got = aws("lambda", "get-function", "--function-name", worker)["Configuration"]
+        assert got["FunctionName"] == worker and got["LoggingConfig"]["LogGroup"] == group
+        out = Path(record["workdir"]) / "cli-invoke.json"
+        coordinator = deployed.output("CoordinatorFunctionName")
+        invoked = aws("lambda", "invoke", "--function-name", coordinator, "--payload", '{"action": "nope"}', str(out))
+        assert invoked["StatusCode"] == 200 and invoked["ExecutedVersion"] == "$LATEST"
+        assert json.loads(out.read_text())["state"] == "rejected"  # the coordinator's own answer
         events = aws("logs", "filter-log-events", "--log-group-name", group, "--filter-pattern", "REPORT")["events"]
         assert events and all("REPORT RequestId:" in e["message"] for e in events)
 

@@ -24,6 +24,9 @@ def test_the_worker_reservation_follows_the_template_parameter() -> None:
     assert reserved["WorkerFunction"]["reserved_concurrency"] == 6
     assert reserved["WorkerFunction"]["name"] == "w-fn" and reserved["WorkerFunction"]["architecture"] == "x86_64"
     assert _by_logical({"WorkerMemoryMB": "3008"})["WorkerFunction"]["memory_mb"] == 3008
+    arm = _by_logical({"Architecture": "arm64"})
+    assert {f["architecture"] for f in arm.values()} == {"arm64"}
+    assert arm["WorkerFunction"]["environment"]["LAMBDAML_ARCHITECTURE"] == "arm64"
 
 
 @pytest.mark.parametrize(("limit", "minimum"), [(1000, 100), (50, 5), (5, 0), (20000, 100)])
