@@ -39,4 +39,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"loss {losses[0]:.4f} -> {losses[-1]:.4f} ({'falling' if falling else 'not monotone'}), "
             f"test accuracy {result.test_accuracy:.4f}"
         )
+    for line in NEXT_STEPS:
+        console.print(line)
     return 0
+
+
+# What the README's tour does next, in the order it does it.
+NEXT_STEPS = (  # each under 80 columns: a default terminal, and every pipe
+    "next, the tour in README.md:",
+    "  Lambda, locally:   lambdaml local up, then lambdaml train JOB --stack local",
+    "  EC2 baseline:      lambdaml train JOB --backend iaas-local, lambdaml compare",
+    "  before deploying:  lambdaml advise (time and cost, FaaS against EC2)",
+)

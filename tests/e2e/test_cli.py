@@ -133,6 +133,8 @@ def test_demo(tmp_path: Path) -> None:
     assert "(falling)" in result.stdout
     accuracy = float(result.stdout.rsplit("test accuracy", 1)[1].split()[0])
     assert accuracy > 0.8
+    last = result.stdout.strip().splitlines()[-4:]
+    assert last[0] == "next, the tour in README.md:" and "--stack local" in last[1] and "advise" in last[3]
 
 
 def test_numpy_path_never_imports_torch(tmp_path: Path, small_dataset: StorageSpec, services: Services) -> None:
