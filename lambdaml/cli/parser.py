@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="train LR on synthetic Higgs-like data on an embedded local S3")
     demo.add_argument("--workers", type=int, default=4, help="workers, and shards (default: %(default)s)")
-    demo.add_argument("--epochs", type=int, default=5, help="epochs (default: %(default)s)")
+    demo.add_argument("--epochs", type=int, default=3, help="epochs (default: %(default)s)")
     demo.add_argument("--rows", type=int, default=40_000, help="rows of synthetic data (default: %(default)s)")
     for level, depth in subcommands(parser):
         _verbosity_args(level, depth)
