@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 
 
 def literal_console(*, stderr: bool = False, width: int | None = None) -> Console:
-    """A console that prints every message as it is: no markup, emoji codes or highlighting."""
-    return Console(stderr=stderr, width=width, highlight=False, markup=False, emoji=False)
+    """A console that prints every message as it is: no markup, emoji codes or highlighting.
+
+    Lines are not wrapped (the terminal does that), so a path or a number is never split in two;
+    tables still fit the console's width.
+    """
+    return Console(stderr=stderr, width=width, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
 console = literal_console()

@@ -29,7 +29,10 @@ CHANNEL = {
 }
 ASYNC = {"version": 12, "pushes": 6, "applied": 12, "staleness_mean": 0.5, "staleness_max": 2, "ssp_wait_s": 0.0}
 MEMORY = {"peak_rss_after_first_epoch_mb": 108.5, "peak_rss_mb": 108.9}
-BILLED = [{"duration_s": 12.5, "memory_mb": 2048, "cold": True}, {"duration_s": 3.0, "memory_mb": 2048, "cold": False}]
+BILLED = [
+    {"duration_s": 12.5, "memory_mb": 2048, "cold": True, "architecture": "x86_64"},
+    {"duration_s": 3.0, "memory_mb": 2048, "cold": False, "architecture": "arm64"},
+]
 
 # Rank 0's report as the worker wrote it before reports were typed (an SVM: labels -1/+1, no majority).
 LEAD_REPORT: dict[str, Any] = {
@@ -121,7 +124,7 @@ def test_the_parts_are_typed() -> None:
     assert report.channel.per_round is not None and report.channel.per_round.rounds == 400
     assert report.async_stats is not None and report.async_stats.applied == 12
     assert report.accuracy is not None and report.accuracy.majority_accuracy is None
-    assert report.billed == (Invocation(12.5, 2048, cold=True), Invocation(3.0, 2048, cold=False))
+    assert report.billed == (Invocation(12.5, 2048, cold=True), Invocation(3.0, 2048, cold=False, architecture="arm64"))
     gloo = JobResult.from_json(RESULT).workers[1].channel
     assert gloo == Traffic(requests=400.0, bytes_sent=9e5, bytes_received=9e5) and gloo.puts is None
 
