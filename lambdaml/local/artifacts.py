@@ -9,12 +9,15 @@ artifact is built once and rebuilt when what it is made of changes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from lambdaml.errors import ConfigError
@@ -36,6 +39,15 @@ _OFFLINE = {
     "AWS_EC2_METADATA_DISABLED": "true",
     "SAM_CLI_TELEMETRY": "0",
 }
+
+
+@contextlib.contextmanager
+def _building() -> Iterator[None]:
+    """One build at a time across processes (two `local up` at once, or parallel tests)."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with (BUILD / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _newest_source(*roots: Path) -> float:
@@ -63,7 +75,7 @@ def _run(command: list[str], what: str, *, cwd: Path | None = None, env: dict[st
         raise ConfigError(f"building {what} failed: {last[0]}")
 
 
-def sam_build(template: Path) -> Path:
+def _sam_build(template: Path) -> Path:
     """The template's zip functions, built by ``sam build`` (what ``sam deploy`` would upload)."""
     stamp = SAM_BUILD / "template.yaml"
     sources = _newest_source(ROOT / "functions", template)
@@ -93,7 +105,7 @@ def _pip_target(target: Path, requirements: list[Path], what: str, *, no_deps: b
     _run(command, what)
 
 
-def runtime_layer() -> Path:
+def _runtime_layer() -> Path:
     """awslambdaric and the runtime's SDK, pinned in requirements-lambda-runtime.txt."""
     stamp = RUNTIME_LAYER / ".fingerprint"
     wanted = _fingerprint(RUNTIME_REQUIREMENTS)
@@ -117,7 +129,7 @@ def image_copies(dockerfile: Path) -> list[tuple[Path, str]]:
     return copies
 
 
-def torch_worker() -> tuple[Path, Path]:
+def _torch_worker() -> tuple[Path, Path]:
     """The torch worker as its image holds it: (task root, packages), from functions/worker_image/.
 
     The task root gets what the Dockerfile copies there, read from its COPY lines so the two
@@ -147,3 +159,21 @@ def torch_worker() -> tuple[Path, Path]:
                 shutil.copy2(source, task / inside)
         copied.touch()
     return task, packages
+
+
+def sam_build(template: Path) -> Path:
+    """The template's zip functions, built by ``sam build`` (what ``sam deploy`` would upload)."""
+    with _building():
+        return _sam_build(template)
+
+
+def runtime_layer() -> Path:
+    """awslambdaric and the runtime's SDK, pinned in requirements-lambda-runtime.txt."""
+    with _building():
+        return _runtime_layer()
+
+
+def torch_worker() -> tuple[Path, Path]:
+    """The torch worker as its image holds it: (task root, packages); see ``_torch_worker``."""
+    with _building():
+        return _torch_worker()
