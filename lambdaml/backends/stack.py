@@ -338,6 +338,12 @@ class StackBackend(Backend):
         started_id, number = start(job, self.stack, job_id=job_id, resume=resume)
         return Run(job, records.read_attempt(self.store(), started_id, number))
 
+    def attach(self, job_id: str) -> Run:
+        """The run of a job started earlier (``train --detach``): its stored spec and current attempt."""
+        store = self.store()
+        number = int(status_of(store, job_id).get("attempt", 1))
+        return Run(job_of(store, job_id), records.read_attempt(store, job_id, number))
+
     def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
         return watch(run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event)
 

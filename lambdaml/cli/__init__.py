@@ -26,7 +26,7 @@ from lambdaml.cli.output import (
 )
 from lambdaml.cli.parser import build_parser, verbosity
 from lambdaml.cli.stack import cmd_cancel, cmd_local, cmd_status
-from lambdaml.cli.train import cmd_train, train
+from lambdaml.cli.train import cmd_attach, cmd_train, train
 from lambdaml.errors import LambdaMLError
 
 EXIT_ERROR = 1
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().setLevel(LEVELS[max(0, min(loudness + 1, len(LEVELS) - 1))])  # each run its own
         configure(quiet=loudness < 0, json=getattr(args, "output", "table") == "json")
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
-        handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
+        handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare, attach=cmd_attach)
         handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
         handler = handlers[args.command]
         return handler(args)
@@ -70,6 +70,7 @@ __all__ = [
     "_workload_from",
     "build_parser",
     "cmd_advise",
+    "cmd_attach",
     "cmd_calibrate",
     "cmd_cancel",
     "cmd_compare",

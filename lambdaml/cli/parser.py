@@ -107,6 +107,15 @@ def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
 
 
+def _follow_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
+    parser.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --stack: Ctrl-C cancels the job (default: it runs on)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lambdaml", description="Distributed ML training on serverless functions.")
     parser.add_argument("--version", action="version", version=f"lambdaml {version()}")
@@ -125,9 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", default=None, metavar="JOB_ID", help="continue an interrupted job from its checkpoints"
     )
-    train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+    _follow_args(train)
+    train.add_argument(
+        "--detach", action="store_true", help="with --stack: start the job, print how to follow it, and exit"
+    )
     _output_args(train)
+
+    attach = commands.add_parser("attach", help="follow a stack's job to its end, as train does")
+    attach.add_argument("job_id", help="the job's id, as train printed it")
+    attach.add_argument("--stack", required=True, help="the stack the job runs in")
+    _follow_args(attach)
+    _output_args(attach)
 
     local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")

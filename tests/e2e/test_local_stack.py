@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +298,112 @@ def test_a_build_missing_a_requirement_fails_the_job_with_its_import_error(tmp_p
             os.environ.pop("LAMBDAML_HOME", None)
         else:
             os.environ["LAMBDAML_HOME"] = previous
+
+
+def wide() -> dict[str, str]:
+    """This environment with lines as long as they are, so each compares whole (80 columns wrap them)."""
+    return {**os.environ, "COLUMNS": "500"}
+
+
+def lambdaml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "lambdaml", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=wide())
+
+
+def interrupt_after_first_epoch(*args: str) -> tuple[int, str, str]:
+    """Run a command that follows a job, Ctrl-C it once it has printed an epoch line, and return how it ended."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lambdaml", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**wide(), "PYTHONUNBUFFERED": "1"},
+    )
+    timer = threading.Timer(300, process.kill)  # a bound for a broken run only, far beyond any epoch
+    timer.start()
+    seen: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if line.lstrip().startswith("epoch"):
+                break
+        else:
+            raise AssertionError(f"no epoch line: {''.join(seen)}{process.stderr.read() if process.stderr else ''}")
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        timer.cancel()
+    return process.returncode, "".join(seen) + out, err
+
+
+@pytest.fixture(scope="module")
+def jobs_dataset(local_stack: tuple[str, dict[str, Any]]) -> str:
+    store = remote.stack_store(remote.resolve_stack(local_stack[0]))
+    X, y, _ = synthetic.higgs_like(2000, seed=8)
+    shards.prepare(store, "jobs-data", X, y, shards=4)
+    return "jobs-data"
+
+
+def test_a_detached_job_is_followed_by_attach_to_the_result_train_prints(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**JOB, "name": "detached", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach")
+    assert started.returncode == 0, started.stderr
+    job_id = started.stdout.split()[1]
+    assert f"lambdaml attach {job_id} --stack {name}" in started.stdout
+    assert f"lambdaml cancel {job_id} --stack {name}" in started.stdout
+
+    attached = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path))
+    assert attached.returncode == 0, attached.stderr
+    store = remote.stack_store(remote.resolve_stack(name))
+    stored = JobResult.from_json(json.loads(store.get(keys.job_result(job_id))))
+    # The line train ends with, of the result the job's rank 0 recorded, and the same file on disk.
+    assert f"job {job_id} finished in {stored.wall_time_s:.1f}s; model at {stored.model_uri}" in attached.stdout
+    assert f"result: {tmp_path / f'{job_id}.json'}" in attached.stdout
+    assert json.loads((tmp_path / f"{job_id}.json").read_text()) == stored.to_json()
+    # Attaching to the finished job again ends the same way.
+    again = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path / "again"))
+    assert again.returncode == 0 and again.stdout.splitlines()[-2:-1] == attached.stdout.splitlines()[-2:-1]
+
+
+LONG = {**JOB, "algorithm": {**JOB["algorithm"], "epochs": 400}}  # runs far longer than a cancel takes
+
+
+def test_ctrl_c_leaves_an_attached_job_running_and_says_how_to_cancel_it(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "left-running", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--output", "json")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+
+    code, _, err = interrupt_after_first_epoch("attach", job_id, "--stack", name)
+    assert code == 130, err
+    cancel = f"lambdaml cancel {job_id} --stack {name}"
+    assert cancel in err and f"lambdaml attach {job_id} --stack {name}" in err
+    status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
+    assert json.loads(status.stdout)["state"] in ("running", "succeeded")
+
+    # The command it printed cancels it.
+    cancelled = lambdaml_cli(*cancel.split()[1:])
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+
+
+def test_ctrl_c_with_cancel_on_interrupt_cancels_the_job(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "cancelled", "dataset": jobs_dataset}))
+    code, out, err = interrupt_after_first_epoch("train", str(job_file), "--stack", name, "--cancel-on-interrupt")
+    assert code == 130, err
+    job_id = out.split()[1].rstrip(":")
+    assert f"job {job_id} cancelled" in err
+    status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
+    assert json.loads(status.stdout)["state"] == "cancelled"

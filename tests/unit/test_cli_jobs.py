@@ -1,0 +1,33 @@
+"""The job commands' argument checks: what only a stack's job can do is refused, in one line, elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdaml import cli
+
+
+@pytest.mark.parametrize("flag", ["--detach", "--cancel-on-interrupt"])
+def test_following_flags_need_a_stack(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["train", "missing-job.yaml", flag]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{flag} needs --stack" in err[0]
+
+
+def test_attach_needs_a_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["attach", "some-job"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--stack" in err[0]
+
+
+def test_attach_to_an_unknown_local_stack_is_one_line(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    assert cli.main(["attach", "some-job", "--stack", "nowhere"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown stack 'nowhere'" in err[0]
