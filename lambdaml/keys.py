@@ -71,8 +71,12 @@ def legacy_dataset_manifest(dataset: str) -> str:
 # is ever read into a later one except a checkpoint that ``--resume`` names on purpose.
 
 
+#: Where every job's records live in the data bucket.
+JOBS_PREFIX = "jobs/"
+
+
 def job_prefix(job_id: str) -> str:
-    return f"jobs/{check_name(job_id, 'job id')}/"
+    return f"{JOBS_PREFIX}{check_name(job_id, 'job id')}/"
 
 
 def job_spec(job_id: str) -> str:
@@ -91,6 +95,14 @@ def job_model(job_id: str) -> str:
 def job_status(job_id: str) -> str:
     """The job's state as the driver, the coordinator and the workers record it (running, failed, ...)."""
     return job_prefix(job_id) + "status.json"
+
+
+def job_of_status(key: str) -> str | None:
+    """The job id whose state record ``key`` is, or None for any other key."""
+    job_id, _, rest = key.removeprefix(JOBS_PREFIX).partition("/")
+    if not key.startswith(JOBS_PREFIX) or rest != "status.json" or not NAME_PATTERN.fullmatch(job_id):
+        return None
+    return job_id
 
 
 def _attempt(attempt: int) -> str:

@@ -226,3 +226,21 @@ def status_table(status: dict[str, Any]) -> Table:
             str(beat["rank"]), f"{beat['epoch']}/{status['epochs']}", f"{beat['loss']:.5f}", str(beat["invocation"])
         )
     return table
+
+
+def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
+    """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known."""
+    from analytic_model.advisor import format_money, format_time
+
+    table = new_table("jobs", ("job", "state", "try", "age", "took", "cost"), left=2)
+    for s in summaries:
+        cost = s["cost_dollars"]
+        table.add_row(
+            s["job_id"],
+            s["state"],
+            str(s["attempt"]),
+            format_time(max(0.0, now - s["created_at"])),
+            format_time(s["duration_s"]),
+            "-" if cost is None else format_money(cost),
+        )
+    return table

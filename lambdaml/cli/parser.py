@@ -77,6 +77,9 @@ def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+#: The states a job's record can be in (lambdaml.runtime.records).
+JOB_STATES = ("running", "succeeded", "failed", "cancelled", "interrupted")
+
 #: What ``--output`` prints: tables and lines for people, or one JSON document for programs.
 OUTPUTS = ("table", "json")
 
@@ -202,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job_id", help="the job's id, as train printed it")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
         _output_args(command)
+
+    jobs = commands.add_parser("jobs", help="list the jobs in a data bucket, newest first")
+    jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
+    _storage_args(jobs)
+    _output_args(jobs)
 
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")

@@ -1,10 +1,11 @@
-"""Jobs in a stack (``lambdaml status``, ``cancel``) and the local stack (``lambdaml local up/down``)."""
+"""Jobs in a stack (``lambdaml jobs``, ``status``, ``cancel``) and the local stack (``lambdaml local up/down``)."""
 
 from __future__ import annotations
 
 import argparse
+import time
 
-from lambdaml.cli.output import console, print_json, status_table
+from lambdaml.cli.output import console, jobs_table, print_json, status_table
 from lambdaml.errors import ConfigError
 
 
@@ -43,6 +44,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
     if status["heartbeats"]:
         console.print(status_table(status))
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """The jobs recorded in a data bucket (a stack's, or the storage options'), newest first."""
+    from lambdaml.cli.data import _storage
+    from lambdaml.runtime import records
+    from lambdaml.storage import open_storage
+
+    now = time.time()
+    summaries = records.job_summaries(open_storage(_storage(args)), now=now)
+    if args.state:
+        summaries = [s for s in summaries if s["state"] == args.state]
+    if args.output == "json":
+        print_json(summaries)
+    elif summaries:
+        console.print(jobs_table(summaries, now=now))
+    else:
+        console.print("no jobs" + (f" {args.state}" if args.state else ""))
     return 0
 
 

@@ -407,3 +407,23 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels_the_job(
     assert f"job {job_id} cancelled" in err
     status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
     assert json.loads(status.stdout)["state"] == "cancelled"
+
+
+def test_jobs_lists_the_stacks_jobs_newest_first(local_stack: tuple[str, dict[str, Any]], jobs_dataset: str) -> None:
+    name, _ = local_stack
+    store = remote.stack_store(remote.resolve_stack(name))
+    recorded = {k.split("/")[1] for k in store.list("jobs/") if k.endswith("/status.json")}
+    listed = lambdaml_cli("jobs", "--stack", name, "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    summaries = json.loads(listed.stdout)
+    assert {s["job_id"] for s in summaries} == recorded and len(recorded) >= 3  # the tests above left them
+    assert [s["created_at"] for s in summaries] == sorted((s["created_at"] for s in summaries), reverse=True)
+    cancelled = next(s for s in summaries if s["job_id"].startswith("cancelled-"))
+    assert cancelled["state"] == "cancelled"
+
+    finished = lambdaml_cli("jobs", "--stack", name, "--state", "succeeded")
+    assert finished.returncode == 0, finished.stderr
+    rows = [line.split() for line in finished.stdout.splitlines() if line.split() and line.split()[0] in recorded]
+    succeeded = {s["job_id"] for s in summaries if s["state"] == "succeeded"}
+    assert {r[0] for r in rows} == succeeded and all(r[1] == "succeeded" and r[-1].startswith("$") for r in rows)
+    assert all(len(line) <= 80 for line in lambdaml_cli("jobs", "--stack", name).stdout.splitlines())

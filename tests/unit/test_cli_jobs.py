@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lambdaml import cli
@@ -21,7 +23,7 @@ def test_attach_needs_a_stack(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_attach_to_an_unknown_local_stack_is_one_line(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):

@@ -203,3 +203,13 @@ def test_compare_through_the_command(tmp_path: Path, output: str, capsys: pytest
     else:
         assert "…" not in out and max(map(len, out.splitlines())) <= WIDTH, out
         assert "local redis W=8" in out
+
+
+def test_the_jobs_table_fits() -> None:
+    from lambdaml.cli.output import jobs_table
+
+    summary = {"state": "interrupted", "attempt": 999, "created_at": 1.8e9, "duration_s": 216_000.0}
+    rows = [
+        {**summary, "job_id": f"mobilenet-cifar-20261201-123951-3b0{i}", "cost_dollars": 12_345.6} for i in range(9)
+    ]
+    assert "$12,346" in assert_fits(jobs_table(rows, now=1.8e9 + 86_399_000))
