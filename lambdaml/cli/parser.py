@@ -176,8 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a template parameter, e.g. WorkerReservedConcurrency=4 (repeatable)",
     )
+    local_up.add_argument("--port", type=int, default=None, help="the Lambda endpoint's port (default: a free one)")
     local_down = local_commands.add_parser("down", help="stop the local stack")
     local_down.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    local_status = local_commands.add_parser("status", help="the local stack's endpoints, functions and logs")
+    local_status.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    _output_args(local_status)
 
     iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
     iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True, metavar="COMMAND")

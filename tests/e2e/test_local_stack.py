@@ -427,3 +427,44 @@ def test_jobs_lists_the_stacks_jobs_newest_first(local_stack: tuple[str, dict[st
     succeeded = {s["job_id"] for s in summaries if s["state"] == "succeeded"}
     assert {r[0] for r in rows} == succeeded and all(r[1] == "succeeded" and r[-1].startswith("$") for r in rows)
     assert all(len(line) <= 80 for line in lambdaml_cli("jobs", "--stack", name).stdout.splitlines())
+
+
+def test_local_status_shows_endpoints_functions_and_where_their_logs_are(
+    local_stack: tuple[str, dict[str, Any]],
+) -> None:
+    name, record = local_stack
+    shown = lambdaml_cli("local", "status", "--name", name, "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["up"] and status["endpoints"] == record["endpoints"]
+    assert status["ports"]["lambda"] == int(record["endpoints"]["lambda"].rsplit(":", 1)[1])
+    groups = {f["name"]: f["log_group"] for f in record["functions"]}
+    assert {f["function"]: f["log_group"] for f in status["functions"]} == groups
+    worker = next(f for f in status["functions"] if f["logical"] == "WorkerFunction")
+    assert Path(worker["log_file"]).read_text(), "the jobs above ran workers, which logged"
+    table = lambdaml_cli("local", "status", "--name", name)
+    assert f"local stack {name!r} is up" in table.stdout and worker["log_group"] in table.stdout
+
+
+def test_local_up_port_fixes_the_lambda_endpoints_port(tmp_path: Path) -> None:
+    from lambdaml.aws import client
+    from lambdaml.local import services
+
+    port = services.free_port()
+    env = {**wide(), "LAMBDAML_HOME": str(tmp_path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "lambdaml", "local", *args, "--name", "ported"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+    started = cli("up", "--port", str(port))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"http://127.0.0.1:{port}" in started.stdout
+        status = json.loads(cli("status", "--output", "json").stdout)
+        assert status["ports"]["lambda"] == port and status["up"]
+        functions = client("lambda", endpoint_url=f"http://127.0.0.1:{port}").list_functions()["Functions"]
+        assert {f["FunctionName"] for f in functions} == {f["function"] for f in status["functions"]}
+    finally:
+        cli("down")
+    assert cli("status").returncode == 1  # forgotten once down

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,26 @@ def test_attach_to_an_unknown_local_stack_is_one_line(
     assert cli.main(["attach", "some-job", "--stack", "nowhere"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown stack 'nowhere'" in err[0]
+
+
+def test_local_up_refuses_a_taken_port_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["local", "up", "--name", "ported", "--port", str(port)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"port {port} on 127.0.0.1 is taken" in err[0]
+    assert not (tmp_path / "local" / "ported").exists() and not (tmp_path / "stacks").exists()
+
+
+def test_local_status_of_an_unknown_stack_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    assert cli.main(["local", "status", "--name", "nowhere"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: no local stack named 'nowhere'; local stacks: none"]
