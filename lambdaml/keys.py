@@ -33,8 +33,18 @@ def check_name(name: str, what: str = "name") -> str:
 # never sees shards of two versions, and an interrupted prepare leaves the old one current.
 
 
+#: Where every dataset lives in the data bucket.
+DATASETS_PREFIX = "datasets/"
+
+
 def dataset_prefix(dataset: str) -> str:
-    return f"datasets/{check_name(dataset, 'dataset name')}/"
+    return f"{DATASETS_PREFIX}{check_name(dataset, 'dataset name')}/"
+
+
+def dataset_of(key: str) -> str | None:
+    """The dataset a key under ``datasets/`` belongs to, or None for any other key."""
+    name, sep, _ = key.removeprefix(DATASETS_PREFIX).partition("/")
+    return name if key.startswith(DATASETS_PREFIX) and sep and NAME_PATTERN.fullmatch(name) else None
 
 
 def dataset_current(dataset: str) -> str:
@@ -42,8 +52,12 @@ def dataset_current(dataset: str) -> str:
     return dataset_prefix(dataset) + "current.json"
 
 
+def dataset_versions_prefix(dataset: str) -> str:
+    return dataset_prefix(dataset) + "v/"
+
+
 def dataset_version_prefix(dataset: str, version: str) -> str:
-    return dataset_prefix(dataset) + f"v/{check_name(version, 'dataset version')}/"
+    return dataset_versions_prefix(dataset) + f"{check_name(version, 'dataset version')}/"
 
 
 def dataset_manifest(dataset: str, version: str) -> str:

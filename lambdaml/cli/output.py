@@ -244,3 +244,22 @@ def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
             "-" if cost is None else format_money(cost),
         )
     return table
+
+
+def datasets_table(found: Sequence[dict[str, Any]]) -> Table:
+    """Datasets by name: how many versions, and the current one's rows, shards and bytes."""
+
+    def count(value: Any) -> str:
+        return "-" if value is None else f"{value:,}"
+
+    table = new_table("datasets", ("dataset", "vers", "rows", "test", "shards", "size"))
+    for d in found:
+        table.add_row(
+            d["name"],
+            str(d["versions"]),
+            count(d["train_rows"]),
+            count(d["test_rows"]),
+            count(d["shards"]),
+            "-" if d["bytes"] is None else size(d["bytes"]),
+        )
+    return table

@@ -245,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
     )
     _storage_args(prepare)
+    listing = data.add_parser("list", help="the datasets in a bucket: versions, rows, shards, size")
+    _storage_args(listing)
+    _output_args(listing)
+    rm = data.add_parser("rm", help="delete a dataset: every version and its pointer")
+    rm.add_argument("name", help="dataset name")
+    _storage_args(rm)
 
     _advisor_parsers(commands)
 
