@@ -138,6 +138,15 @@ def attempt_prefix(job_id: str, attempt: int) -> str:
     return job_prefix(job_id) + _attempt(attempt) + "/"
 
 
+_ATTEMPT_KEY = re.compile(r"jobs/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/a\d{4}/.+")
+
+
+def job_of_attempt_key(key: str) -> str | None:
+    """The job whose attempt wrote ``key`` (a checkpoint, heartbeat, report, cancel marker), or None."""
+    match = _ATTEMPT_KEY.fullmatch(key)
+    return match.group(1) if match else None
+
+
 def job_cancel(job_id: str, attempt: int) -> str:
     return attempt_prefix(job_id, attempt) + "cancel"
 

@@ -91,6 +91,22 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
 
 
+#: Seconds in each unit an age may be given in.
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def _age(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``0s`` or plain seconds, in seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _AGE_UNITS else (text, "s")
+    try:
+        seconds = float(number) * _AGE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age (e.g. 7d, 12h, 30m, 0s)") from None
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age (e.g. 7d, 12h, 30m, 0s)")
+    return seconds
+
+
 def _png(text: str) -> str:
     # --plot's file is optional, so "--plot a.json b.json" would read a.json as the picture to write.
     if not text.lower().endswith(".png"):
@@ -214,6 +230,19 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
     _storage_args(jobs)
     _output_args(jobs)
+
+    clean = commands.add_parser(
+        "clean", help="delete ended jobs' checkpoints and heartbeats, keeping results and models"
+    )
+    clean.add_argument(
+        "--older-than",
+        type=_age,
+        default=7 * 86_400.0,
+        metavar="AGE",
+        help="jobs ended this long ago: 7d, 12h, 30m, 0s (default: 7d)",
+    )
+    clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    _storage_args(clean)
 
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")

@@ -117,6 +117,20 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Remove what ended jobs' attempts left in a data bucket; their records, results and models stay."""
+    from lambdaml.cli.data import _storage
+    from lambdaml.runtime import records
+    from lambdaml.storage import open_storage
+
+    cleaned = records.clean_jobs(open_storage(_storage(args)), older_than_s=args.older_than, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for job_id, count in cleaned.items():
+        console.print(f"job {job_id}: {verb} {count} objects", soft_wrap=True)
+    console.print(f"{verb} {sum(cleaned.values())} objects of {len(cleaned)} ended jobs; results and models kept")
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from lambdaml.backends.stack import StackBackend, resolve_stack
 

@@ -350,7 +350,9 @@ def test_a_detached_job_is_followed_by_attach_to_the_result_train_prints(
 ) -> None:
     name, _ = local_stack
     job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump({**JOB, "name": "detached", "dataset": jobs_dataset}))
+    # Checkpoints every few rounds, so the job leaves some for clean to remove.
+    detached = {**JOB, "name": "detached", "dataset": jobs_dataset, "runtime": {"checkpoint_every": 4}}
+    job_file.write_text(yaml.safe_dump(detached))
     started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach")
     assert started.returncode == 0, started.stderr
     job_id = started.stdout.split()[1]
@@ -468,3 +470,28 @@ def test_local_up_port_fixes_the_lambda_endpoints_port(tmp_path: Path) -> None:
     finally:
         cli("down")
     assert cli("status").returncode == 1  # forgotten once down
+
+
+def test_clean_removes_an_ended_jobs_checkpoints_and_keeps_its_result(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    store = remote.stack_store(remote.resolve_stack(name))
+    job_id = next(s["job_id"] for s in json.loads(lambdaml_cli("jobs", "--stack", name, "--json").stdout)
+                  if s["job_id"].startswith("detached-"))  # fmt: skip
+    left = [k for k in store.list(keys.job_prefix(job_id)) if k.startswith(keys.attempt_prefix(job_id, 1))]
+    assert any("/checkpoints/" in k for k in left) and any("/heartbeats/" in k for k in left)
+
+    dry = lambdaml_cli("clean", "--stack", name, "--older-than", "0s", "--dry-run")
+    assert dry.returncode == 0 and f"job {job_id}: would remove {len(left)} objects" in dry.stdout, dry.stderr
+    assert [k for k in store.list(keys.job_prefix(job_id)) if k in left] == left
+    done = lambdaml_cli("clean", "--stack", name, "--older-than", "0s")
+    assert done.returncode == 0 and f"job {job_id}: removed {len(left)} objects" in done.stdout, done.stderr
+    kept = store.list(keys.job_prefix(job_id))
+    assert not set(kept) & set(left)
+    assert {keys.job_result(job_id), keys.job_model(job_id), keys.job_status(job_id), keys.job_spec(job_id)} <= set(
+        kept
+    )
+    # Its result still answers as it did.
+    again = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path))
+    assert again.returncode == 0 and f"job {job_id} finished in" in again.stdout, again.stderr
