@@ -25,7 +25,7 @@ from lambdaml.cli.output import (
     print_result,
 )
 from lambdaml.cli.parser import build_parser, verbosity
-from lambdaml.cli.stack import cmd_cancel, cmd_clean, cmd_jobs, cmd_local, cmd_status
+from lambdaml.cli.stack import cmd_cancel, cmd_clean, cmd_jobs, cmd_local, cmd_logs, cmd_status
 from lambdaml.cli.train import cmd_attach, cmd_train, train
 from lambdaml.errors import LambdaMLError
 
@@ -43,7 +43,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure(quiet=loudness < 0, json=getattr(args, "output", "table") == "json")
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
         handlers.update(
-            local=cmd_local, iaas=cmd_iaas, compare=cmd_compare, attach=cmd_attach, jobs=cmd_jobs, clean=cmd_clean
+            local=cmd_local,
+            iaas=cmd_iaas,
+            compare=cmd_compare,
+            attach=cmd_attach,
+            jobs=cmd_jobs,
+            clean=cmd_clean,
+            logs=cmd_logs,
         )
         handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
         handler = handlers[args.command]
@@ -82,6 +88,7 @@ __all__ = [
     "cmd_iaas",
     "cmd_jobs",
     "cmd_local",
+    "cmd_logs",
     "cmd_status",
     "cmd_train",
     "configure",

@@ -244,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
     _storage_args(clean)
 
+    logs = commands.add_parser("logs", help="a stack's job's worker log lines, by time, with their ranks")
+    logs.add_argument("job_id", help="the job's id, as train printed it")
+    logs.add_argument("--stack", required=True, help="the stack the job runs in")
+    logs.add_argument("--rank", type=int, default=None, help="only this rank's lines")
+    logs.add_argument("--follow", action="store_true", help="print new lines as they come, until the job ends")
+
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")

@@ -131,6 +131,34 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """A stack's job's worker lines from CloudWatch Logs, by time, each with its rank; --follow to the job's end."""
+    from lambdaml.backends.stack import job_logs, job_of, resolve_stack, stack_store, status_of
+    from lambdaml.runtime import records
+
+    stack = resolve_stack(args.stack)
+    store = stack_store(stack)
+    status_of(store, args.job_id)  # an unknown job is one line
+    limit = job_of(store, args.job_id).sync.timeout_s + 60  # as watch bounds a job that stopped moving
+    seen: set[str] = set()
+    last_change = time.monotonic()
+    while True:
+        state = status_of(store, args.job_id).get("state")  # before the lines: the last poll has all up to its end
+        new = [line for line in job_logs(stack, args.job_id) if line.event_id not in seen]
+        for line in new:
+            seen.add(line.event_id)
+            if args.rank is None or line.rank == args.rank:
+                when = time.strftime("%H:%M:%S", time.gmtime(line.at_ms / 1000)) + f".{line.at_ms % 1000:03d}"
+                console.print(f"{when} rank {line.rank:>3}  {line.message}", soft_wrap=True)
+        if not args.follow or state in records.ENDED:
+            return 0
+        if new:
+            last_change = time.monotonic()
+        elif time.monotonic() - last_change > limit:
+            raise ConfigError(f"job {args.job_id}: no new log lines for {limit:g}s (state: {state})")
+        time.sleep(1.0)
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from lambdaml.backends.stack import StackBackend, resolve_stack
 

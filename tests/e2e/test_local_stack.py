@@ -495,3 +495,47 @@ def test_clean_removes_an_ended_jobs_checkpoints_and_keeps_its_result(
     # Its result still answers as it did.
     again = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path))
     assert again.returncode == 0 and f"job {job_id} finished in" in again.stdout, again.stderr
+
+
+def test_logs_follow_shows_every_ranks_lines_of_a_running_job_until_it_ends(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "logged", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--json")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "lambdaml", "logs", job_id, "--stack", name, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**wide(), "PYTHONUNBUFFERED": "1"},
+    )
+    timer = threading.Timer(300, follow.kill)  # a bound for a broken run only
+    timer.start()
+    ranks: set[int] = set()
+    try:
+        assert follow.stdout is not None
+        for line in follow.stdout:
+            ranks.add(int(line.split()[2]))  # "HH:MM:SS.mmm rank R  message"
+            if ranks == {0, 1, 2, 3}:
+                break
+        assert ranks == {0, 1, 2, 3}, follow.stderr.read() if follow.stderr else ""
+        # The job ends; so does --follow, by itself.
+        assert lambdaml_cli("cancel", job_id, "--stack", name).returncode == 0
+        _, err = follow.communicate(timeout=120)
+    finally:
+        timer.cancel()
+    assert follow.returncode == 0, err
+
+    one = lambdaml_cli("logs", job_id, "--stack", name, "--rank", "2")
+    assert one.returncode == 0, one.stderr
+    lines = one.stdout.splitlines()
+    assert lines and all(line.split()[1:3] == ["rank", "2"] for line in lines)
+    assert any(f"lambdaml job {job_id} rank 2 attempt 1" in line for line in lines)
+    assert any("START RequestId:" in line for line in lines)
+    missing = lambdaml_cli("logs", "no-such-job", "--stack", name)
+    assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr

@@ -57,3 +57,26 @@ def test_local_status_of_an_unknown_stack_is_one_line(
     assert cli.main(["local", "status", "--name", "nowhere"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: no local stack named 'nowhere'; local stacks: none"]
+
+
+def test_a_jobs_log_lines_are_its_invocations_from_start_to_the_next() -> None:
+    from lambdaml.backends.stack import lines_of_job
+
+    def event(at: int, message: str) -> dict[str, object]:
+        return {"timestamp": at, "message": message + "\n", "eventId": str(at), "logStreamName": "s"}
+
+    one = [  # one sandbox: an invocation of another job, then one of ours, then another again
+        event(1, "START RequestId: r1 Version: $LATEST"),
+        event(2, "[INFO]\tt\tr1\tlambdaml job other-job rank 0 attempt 1 invocation 1"),
+        event(3, "other's line"),
+        event(4, "START RequestId: r2 Version: $LATEST"),
+        event(5, "[INFO]\tt\tr2\tlambdaml job our-job rank 3 attempt 1 invocation 1"),
+        event(7, "our line"),
+        event(8, "END RequestId: r2"),
+        event(10, "START RequestId: r3 Version: $LATEST"),
+        event(11, "[INFO]\tt\tr3\tlambdaml job our-job-2 rank 1 attempt 1 invocation 1"),  # a longer id
+    ]
+    two = [event(6, "START RequestId: r4 Version: $LATEST"), event(9, "\tlambdaml job our-job rank 0 attempt 2 ")]
+    lines = lines_of_job([one, list(reversed(two))], "our-job")
+    assert [(line.at_ms, line.rank) for line in lines] == [(4, 3), (5, 3), (6, 0), (7, 3), (8, 3), (9, 0)]
+    assert lines[3].message == "our line"
