@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lambdaml.backends import BACKENDS, Backend, EventCallback
+from lambdaml.backends import BACKENDS, Backend, EventCallback, Run
 from lambdaml.config import JobSpec
 from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.results import save_result
@@ -35,4 +35,11 @@ def run_job(
     """
     runner = backend if isinstance(backend, Backend) else backend_for(backend, job)
     run = runner.launch(job, job_id=job_id, resume=resume)
-    return save_result(runner.wait(run, on_event=on_event), results_dir)
+    return follow_job(runner, run, on_event=on_event, results_dir=results_dir)
+
+
+def follow_job(
+    backend: Backend, run: Run, *, on_event: EventCallback | None = None, results_dir: str | Path | None = "results"
+) -> JobResult:
+    """Follow a launched run (this process's, or one ``lambdaml attach`` found) to its result on disk."""
+    return save_result(backend.wait(run, on_event=on_event), results_dir)

@@ -33,8 +33,18 @@ def check_name(name: str, what: str = "name") -> str:
 # never sees shards of two versions, and an interrupted prepare leaves the old one current.
 
 
+#: Where every dataset lives in the data bucket.
+DATASETS_PREFIX = "datasets/"
+
+
 def dataset_prefix(dataset: str) -> str:
-    return f"datasets/{check_name(dataset, 'dataset name')}/"
+    return f"{DATASETS_PREFIX}{check_name(dataset, 'dataset name')}/"
+
+
+def dataset_of(key: str) -> str | None:
+    """The dataset a key under ``datasets/`` belongs to, or None for any other key."""
+    name, sep, _ = key.removeprefix(DATASETS_PREFIX).partition("/")
+    return name if key.startswith(DATASETS_PREFIX) and sep and NAME_PATTERN.fullmatch(name) else None
 
 
 def dataset_current(dataset: str) -> str:
@@ -42,8 +52,12 @@ def dataset_current(dataset: str) -> str:
     return dataset_prefix(dataset) + "current.json"
 
 
+def dataset_versions_prefix(dataset: str) -> str:
+    return dataset_prefix(dataset) + "v/"
+
+
 def dataset_version_prefix(dataset: str, version: str) -> str:
-    return dataset_prefix(dataset) + f"v/{check_name(version, 'dataset version')}/"
+    return dataset_versions_prefix(dataset) + f"{check_name(version, 'dataset version')}/"
 
 
 def dataset_manifest(dataset: str, version: str) -> str:
@@ -71,8 +85,12 @@ def legacy_dataset_manifest(dataset: str) -> str:
 # is ever read into a later one except a checkpoint that ``--resume`` names on purpose.
 
 
+#: Where every job's records live in the data bucket.
+JOBS_PREFIX = "jobs/"
+
+
 def job_prefix(job_id: str) -> str:
-    return f"jobs/{check_name(job_id, 'job id')}/"
+    return f"{JOBS_PREFIX}{check_name(job_id, 'job id')}/"
 
 
 def job_spec(job_id: str) -> str:
@@ -93,6 +111,14 @@ def job_status(job_id: str) -> str:
     return job_prefix(job_id) + "status.json"
 
 
+def job_of_status(key: str) -> str | None:
+    """The job id whose state record ``key`` is, or None for any other key."""
+    job_id, _, rest = key.removeprefix(JOBS_PREFIX).partition("/")
+    if not key.startswith(JOBS_PREFIX) or rest != "status.json" or not NAME_PATTERN.fullmatch(job_id):
+        return None
+    return job_id
+
+
 def _attempt(attempt: int) -> str:
     if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= 9999:
         raise ConfigError(f"invalid attempt number {brief(attempt)}: 1 to 9999")
@@ -110,6 +136,15 @@ def job_attempts_prefix(job_id: str) -> str:
 
 def attempt_prefix(job_id: str, attempt: int) -> str:
     return job_prefix(job_id) + _attempt(attempt) + "/"
+
+
+_ATTEMPT_KEY = re.compile(r"jobs/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/a\d{4}/.+")
+
+
+def job_of_attempt_key(key: str) -> str | None:
+    """The job whose attempt wrote ``key`` (a checkpoint, heartbeat, report, cancel marker), or None."""
+    match = _ATTEMPT_KEY.fullmatch(key)
+    return match.group(1) if match else None
 
 
 def job_cancel(job_id: str, attempt: int) -> str:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+# Lambda's runtime logs WARNING and above unless told otherwise; each invocation's first line (its
+# job, rank and attempt, which ``lambdaml logs`` matches) is INFO.
+logging.getLogger("lambdaml").setLevel(logging.INFO)
 
 
 def handler(event: dict[str, Any], context: Any) -> Any:

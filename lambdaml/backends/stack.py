@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,6 +318,77 @@ def cancel(job_id: str, stack: Stack) -> dict[str, Any]:
     return _invoke(stack.client("lambda"), stack.output("CoordinatorFunctionName"), event)
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """One line a job's worker logged: when (ms since the epoch), which rank, and the line."""
+
+    at_ms: int
+    rank: int
+    message: str
+    event_id: str
+
+
+_INVOCATION = re.compile(r"START RequestId: (\S+)")
+
+
+def _line(event: dict[str, Any], rank: int) -> LogLine:
+    return LogLine(int(event["timestamp"]), rank, event["message"].rstrip("\n"), str(event["eventId"]))
+
+
+def worker_log_groups(stack: Stack) -> list[str]:
+    """The CloudWatch Logs groups of the stack's worker functions, as Lambda reports them."""
+    client, groups = stack.client("lambda"), []
+    for output in ("WorkerFunctionName", "TorchWorkerFunctionName"):
+        if output in stack.outputs:
+            config = client.get_function_configuration(FunctionName=stack.outputs[output])
+            groups.append(config.get("LoggingConfig", {}).get("LogGroup") or f"/aws/lambda/{stack.outputs[output]}")
+    return list(dict.fromkeys(groups))
+
+
+def job_logs(stack: Stack, job_id: str) -> list[LogLine]:
+    """Every line the job's worker invocations logged, from CloudWatch Logs, by time, each with its rank."""
+    logs = stack.client("logs")
+    streams: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for group in worker_log_groups(stack):
+        try:
+            for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group):
+                for event in page["events"]:
+                    streams.setdefault((group, event["logStreamName"]), []).append(event)
+        except ClientError as exc:
+            if aws_errors.error_code(exc) == "ResourceNotFoundException":
+                continue  # no worker has logged yet
+            raise ConfigError(f"cannot read the logs of {group}: {aws_errors.error_code(exc) or exc}") from None
+    return lines_of_job(streams.values(), job_id)
+
+
+def lines_of_job(streams: Iterable[list[dict[str, Any]]], job_id: str) -> list[LogLine]:
+    """The lines of the job's invocations among log streams' events (CloudWatch's), by time, with ranks.
+
+    A sandbox runs one invocation at a time, so within a log stream every line from a START
+    to the next belongs to that invocation; the invocation's job and rank come from the line
+    each worker logs first (``JOB_LOG_MARK``). Every attempt of the job is included.
+    """
+    from lambdaml.runtime.lambda_handlers import JOB_LOG_MARK
+
+    mark = re.compile(rf"{re.escape(JOB_LOG_MARK)} (\S+) rank (\d+) ")
+    lines: list[LogLine] = []
+    for events in streams:
+        invocation: list[dict[str, Any]] = []
+        rank: int | None = None
+        for event in sorted(events, key=lambda e: (e["timestamp"], e.get("ingestionTime", 0))):
+            if _INVOCATION.match(event["message"]):
+                invocation, rank = [], None
+            invocation.append(event)
+            found = mark.search(event["message"])
+            if found:  # the invocation's lines so far are this rank's, or another job's
+                rank = int(found.group(2)) if found.group(1) == job_id else None
+                if rank is not None:
+                    lines += [_line(e, rank) for e in invocation]
+            elif rank is not None:
+                lines.append(_line(event, rank))
+    return sorted(lines, key=lambda line: (line.at_ms, line.rank))
+
+
 def stack_store(stack: Stack) -> Channel:
     """The stack's data bucket."""
     bucket, endpoint = stack.output("DataBucketName"), stack.endpoints.get("s3")
@@ -337,6 +410,12 @@ class StackBackend(Backend):
         check_concurrency(job, self.stack)
         started_id, number = start(job, self.stack, job_id=job_id, resume=resume)
         return Run(job, records.read_attempt(self.store(), started_id, number))
+
+    def attach(self, job_id: str) -> Run:
+        """The run of a job started earlier (``train --detach``): its stored spec and current attempt."""
+        store = self.store()
+        number = int(status_of(store, job_id).get("attempt", 1))
+        return Run(job_of(store, job_id), records.read_attempt(store, job_id, number))
 
     def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
         return watch(run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event)

@@ -25,8 +25,8 @@ from lambdaml.cli.output import (
     print_result,
 )
 from lambdaml.cli.parser import build_parser, verbosity
-from lambdaml.cli.stack import cmd_cancel, cmd_local, cmd_status
-from lambdaml.cli.train import cmd_train, train
+from lambdaml.cli.stack import cmd_cancel, cmd_clean, cmd_jobs, cmd_local, cmd_logs, cmd_status
+from lambdaml.cli.train import cmd_attach, cmd_train, train
 from lambdaml.errors import LambdaMLError
 
 EXIT_ERROR = 1
@@ -42,7 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().setLevel(LEVELS[max(0, min(loudness + 1, len(LEVELS) - 1))])  # each run its own
         configure(quiet=loudness < 0, json=getattr(args, "output", "table") == "json")
         handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
-        handlers.update(local=cmd_local, iaas=cmd_iaas, compare=cmd_compare)
+        handlers.update(
+            local=cmd_local,
+            iaas=cmd_iaas,
+            compare=cmd_compare,
+            attach=cmd_attach,
+            jobs=cmd_jobs,
+            clean=cmd_clean,
+            logs=cmd_logs,
+        )
         handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
         handler = handlers[args.command]
         return handler(args)
@@ -70,13 +78,17 @@ __all__ = [
     "_workload_from",
     "build_parser",
     "cmd_advise",
+    "cmd_attach",
     "cmd_calibrate",
     "cmd_cancel",
+    "cmd_clean",
     "cmd_compare",
     "cmd_data",
     "cmd_demo",
     "cmd_iaas",
+    "cmd_jobs",
     "cmd_local",
+    "cmd_logs",
     "cmd_status",
     "cmd_train",
     "configure",

@@ -1,11 +1,11 @@
-"""``lambdaml data prepare``: parse the options and say where the data goes; lambdaml.data.prepare does the rest."""
+"""``lambdaml data prepare/list/rm``: parse the options and say where the data goes; lambdaml.data does the rest."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from lambdaml.cli.output import print_dataset
+from lambdaml.cli.output import console, datasets_table, print_dataset, print_json
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,6 +50,39 @@ def _storage(args: argparse.Namespace) -> StorageSpec:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    if args.data_command == "list":
+        return data_list(args)
+    if args.data_command == "rm":
+        return data_rm(args)
+    return data_prepare(args)
+
+
+def data_list(args: argparse.Namespace) -> int:
+    from lambdaml.data.shards import datasets
+    from lambdaml.storage import open_storage
+
+    storage = _storage(args)
+    found = datasets(open_storage(storage))
+    if args.output == "json":
+        print_json(found)
+    elif found:
+        console.print(datasets_table(found))
+    else:
+        console.print(f"no datasets in s3://{storage.bucket}/")
+    return 0
+
+
+def data_rm(args: argparse.Namespace) -> int:
+    from lambdaml.data.shards import remove
+    from lambdaml.storage import open_storage
+
+    storage = _storage(args)
+    removed = remove(open_storage(storage), args.name)
+    console.print(f"dataset {args.name} removed from s3://{storage.bucket}/ ({removed} objects)")
+    return 0
+
+
+def data_prepare(args: argparse.Namespace) -> int:
     """Load or generate a dataset, cut it into shards and upload them with a manifest."""
     from lambdaml.data.prepare import DatasetSource, check_options, prepare_dataset
 

@@ -230,3 +230,40 @@ def status_table(status: dict[str, Any]) -> Table:
             str(beat["rank"]), f"{beat['epoch']}/{status['epochs']}", f"{beat['loss']:.5f}", str(beat["invocation"])
         )
     return table
+
+
+def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
+    """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known."""
+    from analytic_model.advisor import format_money, format_time
+
+    table = new_table("jobs", ("job", "state", "try", "age", "took", "cost"), left=2)
+    for s in summaries:
+        cost = s["cost_dollars"]
+        table.add_row(
+            s["job_id"],
+            s["state"],
+            str(s["attempt"]),
+            format_time(max(0.0, now - s["created_at"])),
+            format_time(s["duration_s"]),
+            "-" if cost is None else format_money(cost),
+        )
+    return table
+
+
+def datasets_table(found: Sequence[dict[str, Any]]) -> Table:
+    """Datasets by name: how many versions, and the current one's rows, shards and bytes."""
+
+    def count(value: Any) -> str:
+        return "-" if value is None else f"{value:,}"
+
+    table = new_table("datasets", ("dataset", "vers", "rows", "test", "shards", "size"))
+    for d in found:
+        table.add_row(
+            d["name"],
+            str(d["versions"]),
+            count(d["train_rows"]),
+            count(d["test_rows"]),
+            count(d["shards"]),
+            "-" if d["bytes"] is None else size(d["bytes"]),
+        )
+    return table

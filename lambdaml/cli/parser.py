@@ -77,6 +77,9 @@ def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+#: The states a job's record can be in (lambdaml.runtime.records).
+JOB_STATES = ("running", "succeeded", "failed", "cancelled", "interrupted")
+
 #: What ``--output`` prints: tables and lines for people, or one JSON document for programs.
 OUTPUTS = ("table", "json")
 
@@ -86,6 +89,22 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
         "--output", choices=OUTPUTS, default="table", help="table (default), or json: one JSON document on stdout"
     )
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
+
+
+#: Seconds in each unit an age may be given in.
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def _age(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``0s`` or plain seconds, in seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _AGE_UNITS else (text, "s")
+    try:
+        seconds = float(number) * _AGE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age (e.g. 7d, 12h, 30m, 0s)") from None
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age (e.g. 7d, 12h, 30m, 0s)")
+    return seconds
 
 
 def _png(text: str) -> str:
@@ -107,6 +126,15 @@ def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
 
 
+def _follow_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
+    parser.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --stack: Ctrl-C cancels the job (default: it runs on)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lambdaml", description="Distributed ML training on serverless functions.")
     parser.add_argument("--version", action="version", version=f"lambdaml {version()}")
@@ -125,9 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", default=None, metavar="JOB_ID", help="continue an interrupted job from its checkpoints"
     )
-    train.add_argument("--results-dir", default="results", help="where the result JSON goes (default: %(default)s)")
     train.add_argument("--stack", default=None, help="run on Lambda in this deployed (or local) stack")
+    _follow_args(train)
+    train.add_argument(
+        "--detach", action="store_true", help="with --stack: start the job, print how to follow it, and exit"
+    )
     _output_args(train)
+
+    attach = commands.add_parser("attach", help="follow a stack's job to its end, as train does")
+    attach.add_argument("job_id", help="the job's id, as train printed it")
+    attach.add_argument("--stack", required=True, help="the stack the job runs in")
+    _follow_args(attach)
+    _output_args(attach)
 
     local = commands.add_parser("local", help="the local stack (moto, the local Lambda service, caches)")
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
@@ -155,8 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a template parameter, e.g. WorkerReservedConcurrency=4 (repeatable)",
     )
+    local_up.add_argument("--port", type=int, default=None, help="the Lambda endpoint's port (default: a free one)")
     local_down = local_commands.add_parser("down", help="stop the local stack")
     local_down.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    local_status = local_commands.add_parser("status", help="the local stack's endpoints, functions and logs")
+    local_status.add_argument("--name", default="local", help="stack name (default: %(default)s)")
+    _output_args(local_status)
 
     iaas = commands.add_parser("iaas", help="EC2 clusters for the IaaS baseline")
     iaas_commands = iaas.add_subparsers(dest="iaas_command", required=True, metavar="COMMAND")
@@ -184,6 +225,30 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job_id", help="the job's id, as train printed it")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
         _output_args(command)
+
+    jobs = commands.add_parser("jobs", help="list the jobs in a data bucket, newest first")
+    jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
+    _storage_args(jobs)
+    _output_args(jobs)
+
+    clean = commands.add_parser(
+        "clean", help="delete ended jobs' checkpoints and heartbeats, keeping results and models"
+    )
+    clean.add_argument(
+        "--older-than",
+        type=_age,
+        default=7 * 86_400.0,
+        metavar="AGE",
+        help="jobs ended this long ago: 7d, 12h, 30m, 0s (default: 7d)",
+    )
+    clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    _storage_args(clean)
+
+    logs = commands.add_parser("logs", help="a stack's job's worker log lines, by time, with their ranks")
+    logs.add_argument("job_id", help="the job's id, as train printed it")
+    logs.add_argument("--stack", required=True, help="the stack the job runs in")
+    logs.add_argument("--rank", type=int, default=None, help="only this rank's lines")
+    logs.add_argument("--follow", action="store_true", help="print new lines as they come, until the job ends")
 
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
@@ -215,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing dataset (running jobs keep their version)"
     )
     _storage_args(prepare)
+    listing = data.add_parser("list", help="the datasets in a bucket: versions, rows, shards, size")
+    _storage_args(listing)
+    _output_args(listing)
+    rm = data.add_parser("rm", help="delete a dataset: every version and its pointer")
+    rm.add_argument("name", help="dataset name")
+    _storage_args(rm)
 
     _advisor_parsers(commands)
 

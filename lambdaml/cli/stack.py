@@ -1,10 +1,13 @@
-"""Jobs in a stack (``lambdaml status``, ``cancel``) and the local stack (``lambdaml local up/down``)."""
+"""Jobs in a stack (``lambdaml jobs``, ``status``, ``cancel``) and the local stack (``lambdaml local ...``)."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+from urllib.parse import urlparse
 
-from lambdaml.cli.output import console, print_json, status_table
+from lambdaml.cli.output import console, jobs_table, print_json, status_table
 from lambdaml.errors import ConfigError
 
 
@@ -19,6 +22,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             parameters=parameters,
             account_concurrency=args.account_concurrency,
             torch=args.torch,
+            port=args.port,
         )
         console.print(f"local stack {args.name!r} is up:")
         for service, url in sorted(record["endpoints"].items()):
@@ -26,9 +30,57 @@ def cmd_local(args: argparse.Namespace) -> int:
         for key, value in sorted(record["outputs"].items()):
             console.print(f"  {key:<15} {value}")
         console.print(f"train on it with: lambdaml train JOB.yaml --stack {args.name}")
+    elif args.local_command == "status":
+        return local_status(args)
     else:
         stopped = stack.down(args.name)
         console.print(f"local stack {args.name!r} is down ({len(stopped)} processes stopped)")
+    return 0
+
+
+def local_status(args: argparse.Namespace) -> int:
+    """What ``local up`` recorded of a stack, and whether it still answers: where to reach it and its logs."""
+    from lambdaml.backends.stack import local_record, local_stack_names, refusing_endpoint
+
+    record = local_record(args.name)
+    if record is None:
+        known = ", ".join(local_stack_names()) or "none"
+        raise ConfigError(f"no local stack named {args.name!r}; local stacks: {known}")
+    down = refusing_endpoint(record)
+    workdir = Path(record["workdir"])
+    functions = [
+        {
+            "function": f["name"],
+            "logical": f["logical"],
+            "log_file": str(workdir / f"{f['name']}.log"),
+            "log_group": f.get("log_group", ""),
+        }
+        for f in record.get("functions", [])
+    ]
+    status = {
+        "name": args.name,
+        "up": down is None,
+        "endpoints": record["endpoints"],
+        "ports": {service: urlparse(url).port for service, url in record["endpoints"].items()},
+        "cache": record.get("outputs", {}).get("CacheEndpoint"),
+        "functions": functions,
+        "invocations": str(workdir / "invocations.jsonl"),
+        "workdir": str(workdir),
+    }
+    if args.output == "json":
+        print_json(status)
+        return 0
+    state = "up" if down is None else f"down (nothing answers at {down})"
+    console.print(f"local stack {args.name!r} is {state}", soft_wrap=True)
+    for service, url in sorted(record["endpoints"].items()):
+        console.print(f"  {service:<15} {url}", soft_wrap=True)
+    if status["cache"]:
+        console.print(f"  {'cache':<15} {status['cache']} ({record.get('cache')})", soft_wrap=True)
+    for f in functions:
+        console.print(f"{f['logical']}: {f['function']}", soft_wrap=True)
+        console.print(f"  log file   {f['log_file']}", soft_wrap=True)
+        console.print(f"  log group  {f['log_group'] or '-'}", soft_wrap=True)
+    console.print(f"invocations: {status['invocations']}", soft_wrap=True)
     return 0
 
 
@@ -44,6 +96,67 @@ def cmd_status(args: argparse.Namespace) -> int:
     if status["heartbeats"]:
         console.print(status_table(status))
     return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """The jobs recorded in a data bucket (a stack's, or the storage options'), newest first."""
+    from lambdaml.cli.data import _storage
+    from lambdaml.runtime import records
+    from lambdaml.storage import open_storage
+
+    now = time.time()
+    summaries = records.job_summaries(open_storage(_storage(args)), now=now)
+    if args.state:
+        summaries = [s for s in summaries if s["state"] == args.state]
+    if args.output == "json":
+        print_json(summaries)
+    elif summaries:
+        console.print(jobs_table(summaries, now=now))
+    else:
+        console.print("no jobs" + (f" {args.state}" if args.state else ""))
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Remove what ended jobs' attempts left in a data bucket; their records, results and models stay."""
+    from lambdaml.cli.data import _storage
+    from lambdaml.runtime import records
+    from lambdaml.storage import open_storage
+
+    cleaned = records.clean_jobs(open_storage(_storage(args)), older_than_s=args.older_than, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for job_id, count in cleaned.items():
+        console.print(f"job {job_id}: {verb} {count} objects", soft_wrap=True)
+    console.print(f"{verb} {sum(cleaned.values())} objects of {len(cleaned)} ended jobs; results and models kept")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """A stack's job's worker lines from CloudWatch Logs, by time, each with its rank; --follow to the job's end."""
+    from lambdaml.backends.stack import job_logs, job_of, resolve_stack, stack_store, status_of
+    from lambdaml.runtime import records
+
+    stack = resolve_stack(args.stack)
+    store = stack_store(stack)
+    status_of(store, args.job_id)  # an unknown job is one line
+    limit = job_of(store, args.job_id).sync.timeout_s + 60  # as watch bounds a job that stopped moving
+    seen: set[str] = set()
+    last_change = time.monotonic()
+    while True:
+        state = status_of(store, args.job_id).get("state")  # before the lines: the last poll has all up to its end
+        new = [line for line in job_logs(stack, args.job_id) if line.event_id not in seen]
+        for line in new:
+            seen.add(line.event_id)
+            if args.rank is None or line.rank == args.rank:
+                when = time.strftime("%H:%M:%S", time.gmtime(line.at_ms / 1000)) + f".{line.at_ms % 1000:03d}"
+                console.print(f"{when} rank {line.rank:>3}  {line.message}", soft_wrap=True)
+        if not args.follow or state in records.ENDED:
+            return 0
+        if new:
+            last_change = time.monotonic()
+        elif time.monotonic() - last_change > limit:
+            raise ConfigError(f"job {args.job_id}: no new log lines for {limit:g}s (state: {state})")
+        time.sleep(1.0)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -1,16 +1,21 @@
-"""``lambdaml train``: run a job file on a backend or a stack; ``train`` is the part the demo shares."""
+"""``lambdaml train``: run a job file on a backend or a stack; ``attach``: follow a stack's job started earlier.
+
+``train`` is the part the demo shares.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from lambdaml.cli.output import errors, print_json, print_result, progress
-from lambdaml.errors import ConfigError
+from lambdaml.cli.output import console, errors, one_line, print_json, print_result, progress
+from lambdaml.errors import ConfigError, LambdaMLError
 
 if TYPE_CHECKING:
+    from lambdaml.backends import JobEvent
     from lambdaml.runtime.reports import JobResult
 
 
@@ -21,6 +26,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume and args.job_id and args.resume != args.job_id:
         raise ConfigError("--resume names the job to continue; it takes no other --job-id")
+    for flag, given in (("--detach", args.detach), ("--cancel-on-interrupt", args.cancel_on_interrupt)):
+        if given and not args.stack:  # workers on this machine stop with this process
+            raise ConfigError(f"{flag} needs --stack: only a stack's job runs on without this process")
     job_id, resume = (args.resume, True) if args.resume else (args.job_id, False)
     backend: Any
     if args.stack:
@@ -37,43 +45,109 @@ def cmd_train(args: argparse.Namespace) -> int:
             job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
         backend = backend_for(args.backend, job)
     job_id = job_id or new_job_id(job.name)
+    if args.detach:
+        return detach(backend, backend.launch(job, job_id=job_id, resume=resume), args)
     try:
         result = train(job, backend, job_id=job_id, resume=resume, results_dir=args.results_dir)
     except KeyboardInterrupt:
         if args.stack:
-            errors.print(
-                f"interrupted: job {job_id} goes on in stack {args.stack}; "
-                f"stop it with: lambdaml cancel {job_id} --stack {args.stack}"
-            )
-        else:
-            errors.print(
-                f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
-            )
+            return interrupted(backend, job_id, args)
+        errors.print(
+            f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
+        )
         return 130
+    return report(result, args.output)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Follow a stack's job started earlier, ending as ``train`` would have."""
+    from lambdaml.backends.stack import StackBackend, resolve_stack
+    from lambdaml.driver import follow_job
+
+    backend = StackBackend(resolve_stack(args.stack))
+    run = backend.attach(args.job_id)
+    announce(run.job, backend, args.job_id, "attached to")
+    try:
+        result = follow_job(backend, run, on_event=epoch_printer(run.job), results_dir=args.results_dir)
+    except KeyboardInterrupt:
+        return interrupted(backend, args.job_id, args)
+    return report(result, args.output)
+
+
+def follow_commands(job_id: str, stack: str) -> tuple[str, str]:
+    """The commands that follow and cancel a stack's job."""
+    return f"lambdaml attach {job_id} --stack {stack}", f"lambdaml cancel {job_id} --stack {stack}"
+
+
+def detach(backend: Any, run: Any, args: argparse.Namespace) -> int:
+    """Say what was started and how to follow or cancel it; the job runs on in the stack."""
+    job_id = run.attempt.job_id
+    attach, cancel = follow_commands(job_id, args.stack)
     if args.output == "json":
+        print_json({"job_id": job_id, "attempt": run.attempt.number, "attach": attach, "cancel": cancel})
+        return 0
+    console.print(f"job {job_id} started in stack {args.stack} (attempt {run.attempt.number})", soft_wrap=True)
+    console.print(f"follow it with: {attach}", soft_wrap=True)
+    console.print(f"cancel it with: {cancel}", soft_wrap=True)
+    return 0
+
+
+def interrupted(backend: Any, job_id: str, args: argparse.Namespace) -> int:
+    """Ctrl-C while following a stack's job: leave it running (say how to get back), or cancel it."""
+    attach, cancel = follow_commands(job_id, args.stack)
+    if not args.cancel_on_interrupt:
+        errors.print(
+            f"interrupted: job {job_id} goes on in stack {args.stack}; follow it with: {attach}; "
+            f"cancel it with: {cancel}",
+            soft_wrap=True,
+        )
+        return 130
+    try:
+        state = backend.cancel(job_id).get("state")
+    except LambdaMLError as exc:  # e.g. interrupted before the coordinator claimed the job
+        errors.print(f"interrupted: job {job_id} not cancelled: {one_line(str(exc))}", soft_wrap=True)
+        return 130
+    errors.print(f"interrupted: job {job_id} cancelled in stack {args.stack} (state: {state})", soft_wrap=True)
+    return 130
+
+
+def report(result: JobResult, output: str) -> int:
+    """How a followed job ends on the command line, for ``train`` and ``attach`` alike."""
+    if output == "json":
         print_json(result.to_json())
     else:
         print_result(result)
     return 0
 
 
-def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> JobResult:
-    """Run a job through the driver (any backend), printing rank 0's epochs as they end."""
-    from lambdaml.backends import JobEvent
-    from lambdaml.driver import run_job
-
-    epochs = job.algorithm.epochs
+def announce(job: Any, backend: Any, job_id: str, verb: str) -> None:
+    """The line a followed job starts with: what trains, where, and how it synchronizes."""
     where = f"{job.workers} workers" if backend.name != "lambda" else f"{job.workers} Lambda workers"
     progress.print(
         Text.assemble(
-            f"{'resuming' if resume else 'job'} {job_id}: training ",
+            f"{verb} {job_id}: training ",
             (job.model.name, "bold"),
             f" with {job.algorithm.name} on {where} over {job.channel.kind} ({job.sync.protocol}, {job.sync.pattern})",
         )
     )
 
+
+def epoch_printer(job: Any) -> Callable[[JobEvent], None]:
+    """Rank 0's epochs as they end: the loss is global, so one line per epoch."""
+    epochs = job.algorithm.epochs
+
     def on_event(event: JobEvent) -> None:
-        if event.rank == 0:  # the loss is global; one line per epoch
+        if event.rank == 0:
             progress.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
 
-    return run_job(job, job_id=job_id, backend=backend, resume=resume, on_event=on_event, results_dir=results_dir)
+    return on_event
+
+
+def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> JobResult:
+    """Run a job through the driver (any backend), printing rank 0's epochs as they end."""
+    from lambdaml.driver import run_job
+
+    announce(job, backend, job_id, "resuming" if resume else "job")
+    return run_job(
+        job, job_id=job_id, backend=backend, resume=resume, on_event=epoch_printer(job), results_dir=results_dir
+    )

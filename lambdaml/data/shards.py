@@ -29,7 +29,7 @@ from lambdaml import codec, keys
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.data.sparse import CSRMatrix, Features
-from lambdaml.errors import CodecError, DataError, KeyNotFound, brief
+from lambdaml.errors import CodecError, DataError, KeyNotFound, LambdaMLError, brief
 from lambdaml.storage import get_json, put_json
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,56 @@ def current_version(store: Channel, name: str) -> str | None:
     if not isinstance(version, str):
         raise DataError(f"{keys.dataset_current(name)} does not name a version")
     return keys.check_name(version, "dataset version")
+
+
+def datasets(store: Channel) -> list[dict[str, object]]:
+    """Every dataset in the bucket: its versions and, of the current one, rows, shards and bytes.
+
+    One paginated listing of ``datasets/``; a dataset whose pointer or manifest does not read
+    is still listed (its figures None), so ``data rm`` can be pointed at it.
+    """
+    found: dict[str, set[str]] = {}
+    for key in store.list(keys.DATASETS_PREFIX):
+        name = keys.dataset_of(key)
+        if name is None:
+            continue
+        versions = found.setdefault(name, set())
+        rest = key.removeprefix(keys.dataset_versions_prefix(name))
+        if rest != key and "/" in rest:
+            versions.add(rest.split("/", 1)[0])
+    listed: list[dict[str, object]] = []
+    for name, versions in sorted(found.items()):
+        entry: dict[str, object] = dict.fromkeys(("version", "train_rows", "test_rows", "shards", "bytes"))
+        entry.update(name=name, versions=len(versions))
+        try:
+            manifest = read_manifest(store, name)
+        except LambdaMLError as exc:
+            log.warning("dataset %s: %s", name, exc)
+        else:
+            entry.update(
+                version=manifest.dataset_version,
+                train_rows=manifest.train_rows,
+                test_rows=manifest.test_rows,
+                shards=manifest.shards,
+                bytes=sum(manifest.shard_bytes) + manifest.test_bytes,
+            )
+        listed.append(entry)
+    return listed
+
+
+def remove(store: Channel, name: str) -> int:
+    """Delete every version of a dataset and its pointer; return how many keys went.
+
+    The pointer goes first, so a job started meanwhile is refused as for a missing dataset
+    rather than reading a half-deleted version. Jobs still running on it lose their shards.
+    """
+    prefix = keys.dataset_prefix(name)
+    present = store.list(prefix)
+    if not present:
+        known = sorted({n for n in map(keys.dataset_of, store.list(keys.DATASETS_PREFIX)) if n})
+        raise DataError(f"no dataset {name!r} in {store.describe()}; datasets: {', '.join(known) or 'none'}")
+    store.delete([keys.dataset_current(name)])
+    return store.clear(prefix) + (keys.dataset_current(name) in present)
 
 
 def _legacy(store: Channel, name: str) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lambdaml.errors import LambdaMLError
+from lambdaml.errors import ConfigError, LambdaMLError
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,15 @@ class ServiceError(LambdaMLError):
     """A local service is missing or did not start."""
 
 
-def free_port() -> int:
+def free_port(port: int = 0) -> int:
+    """A loopback port nothing listens on: any (0), or ``port`` itself, refused in one line if taken."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port (1-65535, or 0 for any)")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError(f"port {port} on 127.0.0.1 is taken ({exc.strerror}); choose another --port") from None
         return int(sock.getsockname()[1])
 
 

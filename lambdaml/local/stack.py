@@ -192,6 +192,7 @@ def up(
     account_concurrency: int = ACCOUNT_CONCURRENCY,
     torch: bool = False,
     build_dir: Path | None = None,
+    port: int | None = None,
 ) -> dict[str, Any]:
     """Start moto, the Lambda service and a cache; create the template's stack; record it.
 
@@ -200,10 +201,12 @@ def up(
     run from an environment built of ``functions/worker_image/``. ``parameters`` override the
     template's (``WorkerReservedConcurrency=4``, say); ``account_concurrency`` is the account's
     concurrent executions the local Lambda service enforces and reports, of which 100 (or a
-    tenth, below 1000) stay unreserved as on AWS.
+    tenth, below 1000) stay unreserved as on AWS. ``port`` fixes the Lambda endpoint's port (default: a free one).
     """
     if account_concurrency < 1:
         raise ConfigError(f"the account's concurrency must be >= 1, got {account_concurrency}")
+    if port is not None:
+        services.free_port(port)  # taken: refused before anything is built or started
     overrides = dict(parameters or {})
     if torch:
         overrides.setdefault("TorchImageUri", TORCH_IMAGE)
@@ -255,7 +258,7 @@ def up(
             "pids": [s.process.pid for s in started],
             "workdir": str(workdir),
         }
-        lambda_port = services.free_port()
+        lambda_port = services.free_port(port or 0)
         record["endpoints"]["lambda"] = f"http://127.0.0.1:{lambda_port}"
         config = workdir / "service.json"
         config.write_text(json.dumps(record))

@@ -34,6 +34,8 @@ from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
+#: What begins the line each worker invocation logs first: ``lambdaml job ID rank R ...``.
+JOB_LOG_MARK = "lambdaml job"
 
 # True until this process has served one worker invocation: Lambda reuses warm processes,
 # so the first invocation in a process is the cold start.
@@ -220,6 +222,8 @@ def work(
     if state in records.ENDED:
         return {"rank": rank, "status": f"skipped: job {state}"}
     secret = bytes.fromhex(event["seal_key"]) if event.get("seal_key") else None
+    # The line ``lambdaml logs`` finds a job's invocations by: this invocation's lines are the rank's.
+    log.info("%s %s rank %d attempt %d invocation %d", JOB_LOG_MARK, job_id, rank, attempt.number, invocation)
 
     lifetime = Lifetime(
         cold=cold,

@@ -103,6 +103,71 @@ def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: 
     put_json(store, keys.job_status(job_id), current)
 
 
+def job_summaries(store: Channel, *, now: float | None = None) -> list[dict[str, Any]]:
+    """Every job's state record in the bucket, newest first, with its duration and (once finished) cost.
+
+    Read from one paginated listing of the jobs' keys, their state records and the results of
+    those that succeeded; a record that does not parse is left out rather than failing the list.
+    """
+    now = time.time() if now is None else now
+    ids = [job_id for job_id in map(keys.job_of_status, store.list(keys.JOBS_PREFIX)) if job_id]
+    raw = store.get_many([keys.job_status(job_id) for job_id in ids])
+    summaries: list[dict[str, Any]] = []
+    for job_id in ids:
+        try:
+            record = json.loads(raw[keys.job_status(job_id)])
+            created = float(record.get("created_at") or record["updated_at"])
+            ended = record.get("finished_at") or record["updated_at"]
+        except (KeyError, TypeError, ValueError):
+            continue
+        running = record.get("state") == RUNNING
+        summaries.append(
+            {
+                "job_id": job_id,
+                "state": str(record.get("state")),
+                "attempt": int(record.get("attempt", 1)),
+                "created_at": created,
+                "duration_s": max(0.0, (now if running else float(ended)) - created),
+                "ended_at": None if running else float(ended),
+                "cost_dollars": None,
+            }
+        )
+    succeeded = [s["job_id"] for s in summaries if s["state"] == SUCCEEDED]
+    results = store.get_many([keys.job_result(job_id) for job_id in succeeded])
+    for summary in summaries:
+        try:
+            cost = json.loads(results[keys.job_result(summary["job_id"])]).get("cost") or {}
+            summary["cost_dollars"] = float(cost["total_dollars"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # no result (yet), or one from a backend that does not price its runs
+    return sorted(summaries, key=lambda s: (s["created_at"], s["job_id"]), reverse=True)
+
+
+def clean_jobs(store: Channel, *, older_than_s: float, dry_run: bool = False) -> dict[str, int]:
+    """Delete what the attempts of ended jobs left (checkpoints, heartbeats, reports, cancel markers).
+
+    Only jobs that ended at least ``older_than_s`` ago; a running job is never touched. Each
+    job's spec, attempt claims, state, result and model stay, so ``jobs``, ``status`` and
+    ``attach`` still answer; a failed job resumed later starts again from where it started.
+    Returns each cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
+    """
+    now = time.time()
+    ended = {
+        s["job_id"]
+        for s in job_summaries(store, now=now)
+        if s["state"] in ENDED and s["ended_at"] is not None and now - s["ended_at"] >= older_than_s
+    }
+    residue: dict[str, list[str]] = {}
+    for key in store.list(keys.JOBS_PREFIX):
+        job_id = keys.job_of_attempt_key(key)
+        if job_id is not None and job_id in ended:
+            residue.setdefault(job_id, []).append(key)
+    if not dry_run:
+        for job_keys in residue.values():
+            store.delete(job_keys)
+    return {job_id: len(job_keys) for job_id, job_keys in sorted(residue.items())}
+
+
 # --- claiming ---------------------------------------------------------------------
 
 

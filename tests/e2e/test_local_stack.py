@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +298,244 @@ def test_a_build_missing_a_requirement_fails_the_job_with_its_import_error(tmp_p
             os.environ.pop("LAMBDAML_HOME", None)
         else:
             os.environ["LAMBDAML_HOME"] = previous
+
+
+def wide() -> dict[str, str]:
+    """This environment with lines as long as they are, so each compares whole (80 columns wrap them)."""
+    return {**os.environ, "COLUMNS": "500"}
+
+
+def lambdaml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "lambdaml", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=wide())
+
+
+def interrupt_after_first_epoch(*args: str) -> tuple[int, str, str]:
+    """Run a command that follows a job, Ctrl-C it once it has printed an epoch line, and return how it ended."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lambdaml", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**wide(), "PYTHONUNBUFFERED": "1"},
+    )
+    timer = threading.Timer(300, process.kill)  # a bound for a broken run only, far beyond any epoch
+    timer.start()
+    seen: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if line.lstrip().startswith("epoch"):
+                break
+        else:
+            raise AssertionError(f"no epoch line: {''.join(seen)}{process.stderr.read() if process.stderr else ''}")
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        timer.cancel()
+    return process.returncode, "".join(seen) + out, err
+
+
+@pytest.fixture(scope="module")
+def jobs_dataset(local_stack: tuple[str, dict[str, Any]]) -> str:
+    store = remote.stack_store(remote.resolve_stack(local_stack[0]))
+    X, y, _ = synthetic.higgs_like(2000, seed=8)
+    shards.prepare(store, "jobs-data", X, y, shards=4)
+    return "jobs-data"
+
+
+def test_a_detached_job_is_followed_by_attach_to_the_result_train_prints(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    # Checkpoints every few rounds, so the job leaves some for clean to remove.
+    detached = {**JOB, "name": "detached", "dataset": jobs_dataset, "runtime": {"checkpoint_every": 4}}
+    job_file.write_text(yaml.safe_dump(detached))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach")
+    assert started.returncode == 0, started.stderr
+    job_id = started.stdout.split()[1]
+    assert f"lambdaml attach {job_id} --stack {name}" in started.stdout
+    assert f"lambdaml cancel {job_id} --stack {name}" in started.stdout
+
+    attached = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path))
+    assert attached.returncode == 0, attached.stderr
+    store = remote.stack_store(remote.resolve_stack(name))
+    stored = JobResult.from_json(json.loads(store.get(keys.job_result(job_id))))
+    # The line train ends with, of the result the job's rank 0 recorded, and the same file on disk.
+    assert f"job {job_id} finished in {stored.wall_time_s:.1f}s; model at {stored.model_uri}" in attached.stdout
+    assert f"result: {tmp_path / f'{job_id}.json'}" in attached.stdout
+    assert json.loads((tmp_path / f"{job_id}.json").read_text()) == stored.to_json()
+    # Attaching to the finished job again ends the same way.
+    again = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path / "again"))
+    assert again.returncode == 0 and again.stdout.splitlines()[-2:-1] == attached.stdout.splitlines()[-2:-1]
+
+
+LONG = {**JOB, "algorithm": {**JOB["algorithm"], "epochs": 400}}  # runs far longer than a cancel takes
+
+
+def test_ctrl_c_leaves_an_attached_job_running_and_says_how_to_cancel_it(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "left-running", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--output", "json")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+
+    code, _, err = interrupt_after_first_epoch("attach", job_id, "--stack", name)
+    assert code == 130, err
+    cancel = f"lambdaml cancel {job_id} --stack {name}"
+    assert cancel in err and f"lambdaml attach {job_id} --stack {name}" in err
+    status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
+    assert json.loads(status.stdout)["state"] in ("running", "succeeded")
+
+    # The command it printed cancels it.
+    cancelled = lambdaml_cli(*cancel.split()[1:])
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+
+
+def test_ctrl_c_with_cancel_on_interrupt_cancels_the_job(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "cancelled", "dataset": jobs_dataset}))
+    code, out, err = interrupt_after_first_epoch("train", str(job_file), "--stack", name, "--cancel-on-interrupt")
+    assert code == 130, err
+    job_id = out.split()[1].rstrip(":")
+    assert f"job {job_id} cancelled" in err
+    status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
+    assert json.loads(status.stdout)["state"] == "cancelled"
+
+
+def test_jobs_lists_the_stacks_jobs_newest_first(local_stack: tuple[str, dict[str, Any]], jobs_dataset: str) -> None:
+    name, _ = local_stack
+    store = remote.stack_store(remote.resolve_stack(name))
+    recorded = {k.split("/")[1] for k in store.list("jobs/") if k.endswith("/status.json")}
+    listed = lambdaml_cli("jobs", "--stack", name, "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    summaries = json.loads(listed.stdout)
+    assert {s["job_id"] for s in summaries} == recorded and len(recorded) >= 3  # the tests above left them
+    assert [s["created_at"] for s in summaries] == sorted((s["created_at"] for s in summaries), reverse=True)
+    cancelled = next(s for s in summaries if s["job_id"].startswith("cancelled-"))
+    assert cancelled["state"] == "cancelled"
+
+    finished = lambdaml_cli("jobs", "--stack", name, "--state", "succeeded")
+    assert finished.returncode == 0, finished.stderr
+    rows = [line.split() for line in finished.stdout.splitlines() if line.split() and line.split()[0] in recorded]
+    succeeded = {s["job_id"] for s in summaries if s["state"] == "succeeded"}
+    assert {r[0] for r in rows} == succeeded and all(r[1] == "succeeded" and r[-1].startswith("$") for r in rows)
+    assert all(len(line) <= 80 for line in lambdaml_cli("jobs", "--stack", name).stdout.splitlines())
+
+
+def test_local_status_shows_endpoints_functions_and_where_their_logs_are(
+    local_stack: tuple[str, dict[str, Any]],
+) -> None:
+    name, record = local_stack
+    shown = lambdaml_cli("local", "status", "--name", name, "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["up"] and status["endpoints"] == record["endpoints"]
+    assert status["ports"]["lambda"] == int(record["endpoints"]["lambda"].rsplit(":", 1)[1])
+    groups = {f["name"]: f["log_group"] for f in record["functions"]}
+    assert {f["function"]: f["log_group"] for f in status["functions"]} == groups
+    worker = next(f for f in status["functions"] if f["logical"] == "WorkerFunction")
+    assert Path(worker["log_file"]).read_text(), "the jobs above ran workers, which logged"
+    table = lambdaml_cli("local", "status", "--name", name)
+    assert f"local stack {name!r} is up" in table.stdout and worker["log_group"] in table.stdout
+
+
+def test_local_up_port_fixes_the_lambda_endpoints_port(tmp_path: Path) -> None:
+    from lambdaml.aws import client
+    from lambdaml.local import services
+
+    port = services.free_port()
+    env = {**wide(), "LAMBDAML_HOME": str(tmp_path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "lambdaml", "local", *args, "--name", "ported"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+    started = cli("up", "--port", str(port))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"http://127.0.0.1:{port}" in started.stdout
+        status = json.loads(cli("status", "--output", "json").stdout)
+        assert status["ports"]["lambda"] == port and status["up"]
+        functions = client("lambda", endpoint_url=f"http://127.0.0.1:{port}").list_functions()["Functions"]
+        assert {f["FunctionName"] for f in functions} == {f["function"] for f in status["functions"]}
+    finally:
+        cli("down")
+    assert cli("status").returncode == 1  # forgotten once down
+
+
+def test_clean_removes_an_ended_jobs_checkpoints_and_keeps_its_result(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    store = remote.stack_store(remote.resolve_stack(name))
+    job_id = next(s["job_id"] for s in json.loads(lambdaml_cli("jobs", "--stack", name, "--json").stdout)
+                  if s["job_id"].startswith("detached-"))  # fmt: skip
+    left = [k for k in store.list(keys.job_prefix(job_id)) if k.startswith(keys.attempt_prefix(job_id, 1))]
+    assert any("/checkpoints/" in k for k in left) and any("/heartbeats/" in k for k in left)
+
+    dry = lambdaml_cli("clean", "--stack", name, "--older-than", "0s", "--dry-run")
+    assert dry.returncode == 0 and f"job {job_id}: would remove {len(left)} objects" in dry.stdout, dry.stderr
+    assert [k for k in store.list(keys.job_prefix(job_id)) if k in left] == left
+    done = lambdaml_cli("clean", "--stack", name, "--older-than", "0s")
+    assert done.returncode == 0 and f"job {job_id}: removed {len(left)} objects" in done.stdout, done.stderr
+    kept = store.list(keys.job_prefix(job_id))
+    assert not set(kept) & set(left)
+    assert {keys.job_result(job_id), keys.job_model(job_id), keys.job_status(job_id), keys.job_spec(job_id)} <= set(
+        kept
+    )
+    # Its result still answers as it did.
+    again = lambdaml_cli("attach", job_id, "--stack", name, "--results-dir", str(tmp_path))
+    assert again.returncode == 0 and f"job {job_id} finished in" in again.stdout, again.stderr
+
+
+def test_logs_follow_shows_every_ranks_lines_of_a_running_job_until_it_ends(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**LONG, "name": "logged", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--json")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "lambdaml", "logs", job_id, "--stack", name, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**wide(), "PYTHONUNBUFFERED": "1"},
+    )
+    timer = threading.Timer(300, follow.kill)  # a bound for a broken run only
+    timer.start()
+    ranks: set[int] = set()
+    try:
+        assert follow.stdout is not None
+        for line in follow.stdout:
+            ranks.add(int(line.split()[2]))  # "HH:MM:SS.mmm rank R  message"
+            if ranks == {0, 1, 2, 3}:
+                break
+        assert ranks == {0, 1, 2, 3}, follow.stderr.read() if follow.stderr else ""
+        # The job ends; so does --follow, by itself.
+        assert lambdaml_cli("cancel", job_id, "--stack", name).returncode == 0
+        _, err = follow.communicate(timeout=120)
+    finally:
+        timer.cancel()
+    assert follow.returncode == 0, err
+
+    one = lambdaml_cli("logs", job_id, "--stack", name, "--rank", "2")
+    assert one.returncode == 0, one.stderr
+    lines = one.stdout.splitlines()
+    assert lines and all(line.split()[1:3] == ["rank", "2"] for line in lines)
+    assert any(f"lambdaml job {job_id} rank 2 attempt 1" in line for line in lines)
+    assert any("START RequestId:" in line for line in lines)
+    missing = lambdaml_cli("logs", "no-such-job", "--stack", name)
+    assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr

@@ -219,5 +219,16 @@ def test_json_and_output_json_are_the_same_flag(capsys: pytest.CaptureFixture[st
 
 def test_every_command_that_prints_a_table_takes_output_json() -> None:
     takes = {p.prog for p, _ in subcommands(build_parser()) if any("--output" in a.option_strings for a in p._actions)}
-    tables = {"train", "compare", "status", "cancel", "calibrate", "advise"}
+    tables = {
+        "train",
+        "attach",
+        "jobs",
+        "local status",
+        "data list",
+        "compare",
+        "status",
+        "cancel",
+        "calibrate",
+        "advise",
+    }
     assert takes == {f"lambdaml {name}" for name in tables}

@@ -203,3 +203,22 @@ def test_compare_through_the_command(tmp_path: Path, output: str, capsys: pytest
     else:
         assert "…" not in out and max(map(len, out.splitlines())) <= WIDTH, out
         assert "local redis W=8" in out
+
+
+def test_the_jobs_table_fits() -> None:
+    from lambdaml.cli.output import jobs_table
+
+    summary = {"state": "interrupted", "attempt": 999, "created_at": 1.8e9, "duration_s": 216_000.0}
+    rows = [
+        {**summary, "job_id": f"mobilenet-cifar-20261201-123951-3b0{i}", "cost_dollars": 12_345.6} for i in range(9)
+    ]
+    assert "$12,346" in assert_fits(jobs_table(rows, now=1.8e9 + 86_399_000))
+
+
+def test_the_datasets_table_fits() -> None:
+    from lambdaml.cli.output import datasets_table
+
+    big = {"versions": 2, "train_rows": 8_800_000_000, "test_rows": 2_200_000_000, "shards": 10_000, "bytes": 9e14}
+    rows = [{**big, "name": f"higgs-full-libsvm-sparse-{i}"} for i in range(3)]
+    unreadable = {**dict.fromkeys(big), "versions": 1, "name": "broken"}
+    assert "8,800,000,000" in assert_fits(datasets_table([*rows, unreadable]))
