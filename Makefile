@@ -76,6 +76,10 @@ zip-size-check: sam-env
 		--parameter-overrides Architecture=arm64
 	$(SAM_VENV)/bin/python infra/sam/check_zip_size.py --build-dir $(SAM_BUILD)-arm64 --architecture arm64
 
+# The AWS CLI in its own venv, as SAM has: the tests point it at the local Lambda service.
+.PHONY: awscli-env
+awscli-env: .venv-awscli/.installed
+
 # checkov (static security checks of CloudFormation) in its own venv: its pins clash with ours.
 # Without a Prisma Cloud key checkov reports no severities, so ANY failed check fails the build;
 # each check a template skips is skipped in that resource's Metadata with the reason (see SECURITY.md).
