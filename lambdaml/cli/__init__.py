@@ -41,26 +41,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger().setLevel(LEVELS[max(0, min(loudness + 1, len(LEVELS) - 1))])  # each run its own
         configure(quiet=loudness < 0, json=getattr(args, "output", "table") == "json")
-        handlers = {"train": cmd_train, "data": cmd_data, "demo": cmd_demo, "status": cmd_status, "cancel": cmd_cancel}
-        handlers.update(
-            local=cmd_local,
-            iaas=cmd_iaas,
-            compare=cmd_compare,
-            attach=cmd_attach,
-            jobs=cmd_jobs,
-            clean=cmd_clean,
-            logs=cmd_logs,
-        )
-        handlers.update(calibrate=cmd_calibrate, advise=cmd_advise)
+        handlers = {
+            "train": cmd_train,
+            "attach": cmd_attach,
+            "data": cmd_data,
+            "demo": cmd_demo,
+            "status": cmd_status,
+            "cancel": cmd_cancel,
+            "jobs": cmd_jobs,
+            "logs": cmd_logs,
+            "clean": cmd_clean,
+            "local": cmd_local,
+            "iaas": cmd_iaas,
+            "compare": cmd_compare,
+            "calibrate": cmd_calibrate,
+            "advise": cmd_advise,
+        }
         handler = handlers[args.command]
         return handler(args)
     except SystemExit as exc:  # --help and --version have printed what was asked
         return exc.code if isinstance(exc.code, int) else 0
     except LambdaMLError as exc:
-        errors.print(f"error: {one_line(str(exc))}", soft_wrap=True)
+        errors.print(f"error: {one_line(str(exc))}")
         return EXIT_ERROR
     except MemoryError as exc:  # e.g. --rows far beyond this machine; numpy says how much it wanted
-        errors.print(f"error: not enough memory{': ' + one_line(str(exc)) if str(exc) else ''}", soft_wrap=True)
+        errors.print(f"error: not enough memory{': ' + one_line(str(exc)) if str(exc) else ''}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         errors.print("interrupted")

@@ -92,8 +92,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print_json({**measured.to_json(), "profile": str(path)})
         return 0
     _print_profile(measured.to_json())
-    console.print(f"profile: {path}", soft_wrap=True)
-    console.print(f"use it with: lambdaml advise ... --profile {path}", soft_wrap=True)
+    console.print(f"profile: {path}")
+    console.print(f"use it with: lambdaml advise ... --profile {path}")
     return 0
 
 

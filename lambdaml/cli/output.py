@@ -163,14 +163,12 @@ def _print_profile(measured: dict[str, Any]) -> None:
     for key, m in measured.get("compute", {}).get("measured", {}).items():
         console.print(
             f"compute {key}: {m['per_sample_s'] * 1e6:.3f} us per sample, {m['per_step_s'] * 1e6:.0f} us per step",
-            soft_wrap=True,
         )
     faas = measured.get("faas", {})
     cores = faas.get("shared_cores")
     console.print(
         f"worker start-up {faas['cold_start_s']['numpy']:.2f} s (+{faas['invoke_s']:.2f} s per further worker)"
         + (f"; workers share {cores:g} cores" if cores else ""),
-        soft_wrap=True,
     )
 
 
@@ -214,12 +212,11 @@ def _print_advice(advice: Any, *, every: bool) -> None:
             f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
             f"profile {advice.target}",
         ),
-        soft_wrap=True,
     )
     console.print(advice_table(advice, every=every))
     if advice.skipped:
         console.print(f"{len(advice.skipped)} configurations skipped (e.g. {advice.skipped[0]})")
-    console.print(advice.recommendation, soft_wrap=True)
+    console.print(advice.recommendation)
 
 
 def status_table(status: dict[str, Any]) -> Table:

@@ -71,16 +71,16 @@ def local_status(args: argparse.Namespace) -> int:
         print_json(status)
         return 0
     state = "up" if down is None else f"down (nothing answers at {down})"
-    console.print(f"local stack {args.name!r} is {state}", soft_wrap=True)
+    console.print(f"local stack {args.name!r} is {state}")
     for service, url in sorted(record["endpoints"].items()):
-        console.print(f"  {service:<15} {url}", soft_wrap=True)
+        console.print(f"  {service:<15} {url}")
     if status["cache"]:
-        console.print(f"  {'cache':<15} {status['cache']} ({record.get('cache')})", soft_wrap=True)
+        console.print(f"  {'cache':<15} {status['cache']} ({record.get('cache')})")
     for f in functions:
-        console.print(f"{f['logical']}: {f['function']}", soft_wrap=True)
-        console.print(f"  log file   {f['log_file']}", soft_wrap=True)
-        console.print(f"  log group  {f['log_group'] or '-'}", soft_wrap=True)
-    console.print(f"invocations: {status['invocations']}", soft_wrap=True)
+        console.print(f"{f['logical']}: {f['function']}")
+        console.print(f"  log file   {f['log_file']}")
+        console.print(f"  log group  {f['log_group'] or '-'}")
+    console.print(f"invocations: {status['invocations']}")
     return 0
 
 
@@ -126,7 +126,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     cleaned = records.clean_jobs(open_storage(_storage(args)), older_than_s=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for job_id, count in cleaned.items():
-        console.print(f"job {job_id}: {verb} {count} objects", soft_wrap=True)
+        console.print(f"job {job_id}: {verb} {count} objects")
     console.print(f"{verb} {sum(cleaned.values())} objects of {len(cleaned)} ended jobs; results and models kept")
     return 0
 
@@ -149,7 +149,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             seen.add(line.event_id)
             if args.rank is None or line.rank == args.rank:
                 when = time.strftime("%H:%M:%S", time.gmtime(line.at_ms / 1000)) + f".{line.at_ms % 1000:03d}"
-                console.print(f"{when} rank {line.rank:>3}  {line.message}", soft_wrap=True)
+                console.print(f"{when} rank {line.rank:>3}  {line.message}")
         if not args.follow or state in records.ENDED:
             return 0
         if new:

@@ -86,9 +86,9 @@ def detach(backend: Any, run: Any, args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"job_id": job_id, "attempt": run.attempt.number, "attach": attach, "cancel": cancel})
         return 0
-    console.print(f"job {job_id} started in stack {args.stack} (attempt {run.attempt.number})", soft_wrap=True)
-    console.print(f"follow it with: {attach}", soft_wrap=True)
-    console.print(f"cancel it with: {cancel}", soft_wrap=True)
+    console.print(f"job {job_id} started in stack {args.stack} (attempt {run.attempt.number})")
+    console.print(f"follow it with: {attach}")
+    console.print(f"cancel it with: {cancel}")
     return 0
 
 
@@ -99,15 +99,14 @@ def interrupted(backend: Any, job_id: str, args: argparse.Namespace) -> int:
         errors.print(
             f"interrupted: job {job_id} goes on in stack {args.stack}; follow it with: {attach}; "
             f"cancel it with: {cancel}",
-            soft_wrap=True,
         )
         return 130
     try:
         state = backend.cancel(job_id).get("state")
     except LambdaMLError as exc:  # e.g. interrupted before the coordinator claimed the job
-        errors.print(f"interrupted: job {job_id} not cancelled: {one_line(str(exc))}", soft_wrap=True)
+        errors.print(f"interrupted: job {job_id} not cancelled: {one_line(str(exc))}")
         return 130
-    errors.print(f"interrupted: job {job_id} cancelled in stack {args.stack} (state: {state})", soft_wrap=True)
+    errors.print(f"interrupted: job {job_id} cancelled in stack {args.stack} (state: {state})")
     return 130
 
 
