@@ -47,15 +47,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     job_id = job_id or new_job_id(job.name)
     if args.detach:
         return detach(backend, backend.launch(job, job_id=job_id, resume=resume), args)
+    if args.stack:
+        return train_on_stack(job, backend, job_id=job_id, resume=resume, args=args)
     try:
         result = train(job, backend, job_id=job_id, resume=resume, results_dir=args.results_dir)
     except KeyboardInterrupt:
-        if args.stack:
-            return interrupted(backend, job_id, args)
         errors.print(
             f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
         )
         return 130
+    return report(result, args.output)
+
+
+def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: argparse.Namespace) -> int:
+    """Start a stack's job and follow it; Ctrl-C while starting says so, since the job may or may not exist yet."""
+    from lambdaml.driver import follow_job
+
+    announce(job, backend, job_id, "resuming" if resume else "job")
+    try:
+        run = backend.launch(job, job_id=job_id, resume=resume)
+    except KeyboardInterrupt:
+        errors.print(
+            f"interrupted while starting job {job_id}; see whether it started with: "
+            f"lambdaml status {job_id} --stack {args.stack}"
+        )
+        return 130
+    try:
+        result = follow_job(backend, run, on_event=epoch_printer(job), results_dir=args.results_dir)
+    except KeyboardInterrupt:
+        return interrupted(backend, job_id, args)
     return report(result, args.output)
 
 

@@ -80,3 +80,48 @@ def test_a_jobs_log_lines_are_its_invocations_from_start_to_the_next() -> None:
     lines = lines_of_job([one, list(reversed(two))], "our-job")
     assert [(line.at_ms, line.rank) for line in lines] == [(4, 3), (5, 3), (6, 0), (7, 3), (8, 3), (9, 0)]
     assert lines[3].message == "our line"
+
+
+class _InterruptedBackend:
+    """A stack backend stand-in whose launch or wait is where Ctrl-C lands."""
+
+    name = "lambda"
+
+    def __init__(self, interrupt_in: str) -> None:
+        self.interrupt_in = interrupt_in
+
+    def launch(self, job: object, *, job_id: str, resume: bool) -> object:
+        if self.interrupt_in == "launch":
+            raise KeyboardInterrupt
+        from types import SimpleNamespace
+
+        return SimpleNamespace(job=job, attempt=SimpleNamespace(job_id=job_id, number=1))
+
+    def wait(self, run: object, *, on_event: object = None) -> object:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("interrupt_in", "expected"),
+    [
+        ("launch", "interrupted while starting job j-1; see whether it started with: lambdaml status j-1 --stack s"),
+        (
+            "wait",
+            "interrupted: job j-1 goes on in stack s; follow it with: lambdaml attach j-1 --stack s; "
+            "cancel it with: lambdaml cancel j-1 --stack s",
+        ),
+    ],
+)
+def test_ctrl_c_on_a_stack_job_says_in_one_line_where_the_job_stands(
+    interrupt_in: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from lambdaml.cli.train import train_on_stack
+    from lambdaml.config import parse_job
+
+    job = parse_job({"name": "j", "workers": 2, "dataset": "d"}, "job")
+    args = argparse.Namespace(stack="s", cancel_on_interrupt=False, results_dir=None, output="table")
+    backend = _InterruptedBackend(interrupt_in)
+    assert train_on_stack(job, backend, job_id="j-1", resume=False, args=args) == 130
+    assert capsys.readouterr().err.strip().splitlines() == [expected]
