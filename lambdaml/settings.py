@@ -18,6 +18,7 @@ ENV_HOME = "LAMBDAML_HOME"  # local stacks' records and logs (default: ~/.lambda
 ENV_DATA_BUCKET = "LAMBDAML_DATA_BUCKET"
 ENV_COMM_BUCKET = "LAMBDAML_COMM_BUCKET"
 ENV_CHANNEL_TABLE = "LAMBDAML_CHANNEL_TABLE"
+ENV_JOBS_TABLE = "LAMBDAML_JOBS_TABLE"  # the job registry's table (``runtime.registry``)
 ENV_CACHE_KIND = "LAMBDAML_CACHE_KIND"
 ENV_CACHE_HOST = "LAMBDAML_CACHE_HOST"
 ENV_CACHE_PORT = "LAMBDAML_CACHE_PORT"
@@ -53,6 +54,7 @@ class StackEnvironment:
     worker_function: str | None
     torch_worker_function: str | None
     architecture: str = "x86_64"
+    jobs_table: str | None = None
 
     @property
     def in_a_stack(self) -> bool:
@@ -72,4 +74,5 @@ def stack_environment() -> StackEnvironment:
         worker_function=_set(ENV_WORKER_FUNCTION),
         torch_worker_function=_set(ENV_TORCH_WORKER_FUNCTION),
         architecture=_set(ENV_ARCHITECTURE) or "x86_64",
+        jobs_table=_set(ENV_JOBS_TABLE),
     )

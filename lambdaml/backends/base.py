@@ -26,7 +26,7 @@ from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import JobResult, WorkerReport, WorkerRow
 from lambdaml.runtime.results import assemble_result, clear_job_channel, lambda_job_cost
 from lambdaml.runtime.start import begin, job_secret
-from lambdaml.storage import open_storage, put_json
+from lambdaml.storage import open_storage
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,7 @@ class MachineBackend(Backend):
             job, attempt, run.manifest, reports, wall_s=wall_s, started_at=run.started_at, backend=self.name,
             cost=self.cost,
         )  # fmt: skip
-        store = self.store()
-        put_json(store, keys.job_result(attempt.job_id), result.to_json())
-        records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
+        records.finish(self.store(), attempt, result)
         return result
 
     def _ended(self, run: Run, exc: BaseException) -> None:

@@ -70,6 +70,7 @@ class Stack:
             cache_tls=cache_kind == "redis" and not self.endpoints,  # ElastiCache Redis speaks TLS only
             worker_function=self.outputs.get("WorkerFunctionName"),
             torch_worker_function=self.outputs.get("TorchWorkerFunctionName"),
+            jobs_table=self.outputs.get("JobsTableName"),
         )
 
 

@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--stack", required=True, help="the stack the job runs in")
         _output_args(command)
 
-    jobs = commands.add_parser("jobs", help="list the jobs in a data bucket, newest first")
+    jobs = commands.add_parser("jobs", help="list a stack's jobs (or a data bucket's), newest first")
     jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
     _storage_args(jobs)
     _output_args(jobs)

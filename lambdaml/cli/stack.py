@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from lambdaml.cli.output import console, jobs_table, print_json, status_table
 from lambdaml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lambdaml.runtime.registry import JobRegistry
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -99,15 +103,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    """The jobs recorded in a data bucket (a stack's, or the storage options'), newest first."""
-    from lambdaml.cli.data import _storage
+    """The jobs a stack's registry holds (or a data bucket's, by the storage options), newest first."""
     from lambdaml.runtime import records
-    from lambdaml.storage import open_storage
 
     now = time.time()
-    summaries = records.job_summaries(open_storage(_storage(args)), now=now)
-    if args.state:
-        summaries = [s for s in summaries if s["state"] == args.state]
+    summaries = records.job_summaries(job_registry(args), now=now, state=args.state)
     if args.output == "json":
         print_json(summaries)
     elif summaries:
@@ -115,6 +115,20 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     else:
         console.print("no jobs" + (f" {args.state}" if args.state else ""))
     return 0
+
+
+def job_registry(args: argparse.Namespace) -> JobRegistry:
+    """A stack's JobsTable, or the records in the data bucket the storage options name."""
+    from lambdaml.cli.data import _storage
+    from lambdaml.runtime.registry import BucketRegistry, TableRegistry
+    from lambdaml.storage import open_storage
+
+    if args.stack:
+        from lambdaml.backends.stack import resolve_stack
+
+        stack = resolve_stack(args.stack)
+        return TableRegistry(stack.client("dynamodb"), stack.output("JobsTableName"))
+    return BucketRegistry(open_storage(_storage(args)))
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

@@ -92,8 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 backend="iaas",
                 cost=cluster_cost,
             )
-            put_json(store, keys.job_result(args.job_id), result.to_json())
-            records.set_status(store, args.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
+            records.finish(store, attempt, result)
         _emit(events, {"kind": "done", "rank": rank})
     except LambdaMLError as exc:
         _emit(events, {"kind": "error", "rank": rank, "type": type(exc).__name__, "message": str(exc)})

@@ -13,6 +13,7 @@ ever holds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -27,6 +28,7 @@ from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, Lamb
 from lambdaml.runtime import records
 from lambdaml.runtime.heartbeat import heartbeat
 from lambdaml.runtime.records import Attempt
+from lambdaml.runtime.registry import TableRegistry
 from lambdaml.runtime.reports import Continuation
 from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports
 from lambdaml.runtime.start import begin, job_secret
@@ -40,6 +42,16 @@ JOB_LOG_MARK = "lambdaml job"
 # True until this process has served one worker invocation: Lambda reuses warm processes,
 # so the first invocation in a process is the cold start.
 _cold = True
+
+
+@functools.cache
+def _record_jobs_in_the_stacks_table() -> None:
+    """On a stack, every state this function records goes to its JobsTable too (once per warm process)."""
+    table = settings.stack_environment().jobs_table
+    if table:
+        from lambdaml import aws
+
+        records.also_record_in(TableRegistry(aws.client("dynamodb"), table))
 
 
 class LambdaContext(Protocol):
@@ -74,6 +86,7 @@ class BotoInvoker:
 
 def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoker | None = None) -> dict[str, Any]:
     """Start, resume, cancel or report on a job; also the on-failure destination of the workers."""
+    _record_jobs_in_the_stacks_table()
     invoker = invoker or BotoInvoker()
     if "requestPayload" in event and "requestContext" in event:
         return _worker_gave_up(event, invoker)
@@ -210,6 +223,7 @@ def work(
     """Train one rank for as long as this invocation lives."""
     global _cold
     started = time.perf_counter()
+    _record_jobs_in_the_stacks_table()
     cold, _cold = _cold, False
     job = parse_job(event["job"], "job")
     job_id, rank, invocation = event["job_id"], int(event["rank"]), int(event.get("invocation", 1))
@@ -279,5 +293,4 @@ def _finish_job(job: JobSpec, attempt: Attempt, store: Channel) -> None:
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
     )
     result = replace(result, invocations=tuple(r.invocations for r in reports))
-    put_json(store, keys.job_result(attempt.job_id), result.to_json())
-    records.set_status(store, attempt.job_id, attempt.number, records.SUCCEEDED, finished_at=time.time())
+    records.finish(store, attempt, result)

@@ -22,6 +22,8 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.errors import CodecError, ConfigError, KeyNotFound
 from lambdaml.runtime.checkpoint import periodic_rounds
+from lambdaml.runtime.registry import BucketRegistry, JobRecord, JobRegistry
+from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json, put_json
 
 RUNNING, SUCCEEDED, FAILED, CANCELLED, INTERRUPTED = "running", "succeeded", "failed", "cancelled", "interrupted"
@@ -84,6 +86,16 @@ def status(store: Channel, job_id: str) -> dict[str, Any]:
     return record
 
 
+#: Registries that keep a copy of every state record, besides the bucket: a stack's JobsTable,
+#: set by its functions' handlers (``also_record_in``).
+_registries: list[JobRegistry] = []
+
+
+def also_record_in(registry: JobRegistry) -> None:
+    """Copy every state this process records into ``registry`` too."""
+    _registries[:] = [registry]
+
+
 def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: Any) -> None:
     """Record a state of ``attempt``; a later attempt's record is never overwritten by an earlier one's.
 
@@ -101,46 +113,28 @@ def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: 
         current = {"job_id": job_id, "created_at": current.get("created_at", time.time())}
     current.update(fields, state=state, attempt=attempt, updated_at=time.time())
     put_json(store, keys.job_status(job_id), current)
+    for registry in _registries:
+        registry.save(JobRecord.from_status(job_id, current))
 
 
-def job_summaries(store: Channel, *, now: float | None = None) -> list[dict[str, Any]]:
-    """Every job's state record in the bucket, newest first, with its duration and (once finished) cost.
+def finish(store: Channel, attempt: Attempt, result: JobResult) -> None:
+    """Store a finished attempt's result, then mark the job succeeded with where its result and model are."""
+    key = keys.job_result(attempt.job_id)
+    put_json(store, key, result.to_json())
+    try:
+        cost: float | None = float(result.cost["total_dollars"])
+    except (KeyError, TypeError, ValueError):
+        cost = None  # a backend that does not price its runs
+    set_status(
+        store, attempt.job_id, attempt.number, SUCCEEDED,
+        finished_at=time.time(), result_key=key, model_uri=result.model_uri, cost_dollars=cost,
+    )  # fmt: skip
 
-    Read from one paginated listing of the jobs' keys, their state records and the results of
-    those that succeeded; a record that does not parse is left out rather than failing the list.
-    """
+
+def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    """Every job's record, newest first, with its duration so far."""
     now = time.time() if now is None else now
-    ids = [job_id for job_id in map(keys.job_of_status, store.list(keys.JOBS_PREFIX)) if job_id]
-    raw = store.get_many([keys.job_status(job_id) for job_id in ids])
-    summaries: list[dict[str, Any]] = []
-    for job_id in ids:
-        try:
-            record = json.loads(raw[keys.job_status(job_id)])
-            created = float(record.get("created_at") or record["updated_at"])
-            ended = record.get("finished_at") or record["updated_at"]
-        except (KeyError, TypeError, ValueError):
-            continue
-        running = record.get("state") == RUNNING
-        summaries.append(
-            {
-                "job_id": job_id,
-                "state": str(record.get("state")),
-                "attempt": int(record.get("attempt", 1)),
-                "created_at": created,
-                "duration_s": max(0.0, (now if running else float(ended)) - created),
-                "ended_at": None if running else float(ended),
-                "cost_dollars": None,
-            }
-        )
-    succeeded = [s["job_id"] for s in summaries if s["state"] == SUCCEEDED]
-    results = store.get_many([keys.job_result(job_id) for job_id in succeeded])
-    for summary in summaries:
-        try:
-            cost = json.loads(results[keys.job_result(summary["job_id"])]).get("cost") or {}
-            summary["cost_dollars"] = float(cost["total_dollars"])
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # no result (yet), or one from a backend that does not price its runs
-    return sorted(summaries, key=lambda s: (s["created_at"], s["job_id"]), reverse=True)
+    return [record.summary(now) for record in registry.newest_first(state)]
 
 
 def clean_jobs(store: Channel, *, older_than_s: float, dry_run: bool = False) -> dict[str, int]:
@@ -154,7 +148,7 @@ def clean_jobs(store: Channel, *, older_than_s: float, dry_run: bool = False) ->
     now = time.time()
     ended = {
         s["job_id"]
-        for s in job_summaries(store, now=now)
+        for s in job_summaries(BucketRegistry(store), now=now)
         if s["state"] in ENDED and s["ended_at"] is not None and now - s["ended_at"] >= older_than_s
     }
     residue: dict[str, list[str]] = {}
@@ -196,7 +190,7 @@ def claim_job(store: Channel, job: JobSpec, job_id: str, dataset_version: str) -
     attempt = Attempt(job_id, 1, dataset_version, time.time(), nonce=secrets.token_hex(8))
     if not _create(store, keys.job_attempt(job_id, 1), attempt.to_json()):
         raise ConfigError(f"job {job_id!r}: its first attempt was claimed by another start")
-    set_status(store, job_id, 1, RUNNING, created_at=attempt.started_at, workers=job.workers)
+    set_status(store, job_id, 1, RUNNING, created_at=attempt.started_at, workers=job.workers, spec_hash=spec_hash(job))
     return attempt
 
 
@@ -279,7 +273,10 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
     )
     if not _create(store, keys.job_attempt(job_id, attempt.number), attempt.to_json()):
         raise ConfigError(f"job {job_id!r} is being resumed by someone else (attempt {attempt.number})")
-    set_status(store, job_id, attempt.number, RUNNING, workers=job.workers, created_at=record.get("created_at"))
+    set_status(
+        store, job_id, attempt.number, RUNNING,
+        workers=job.workers, created_at=record.get("created_at"), spec_hash=spec_hash(job),
+    )  # fmt: skip
     return attempt
 
 

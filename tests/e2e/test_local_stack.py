@@ -414,15 +414,33 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels_the_job(
 
 def test_jobs_lists_the_stacks_jobs_newest_first(local_stack: tuple[str, dict[str, Any]], jobs_dataset: str) -> None:
     name, _ = local_stack
-    store = remote.stack_store(remote.resolve_stack(name))
-    recorded = {k.split("/")[1] for k in store.list("jobs/") if k.endswith("/status.json")}
+    deployed = remote.resolve_stack(name)
+    store = remote.stack_store(deployed)
+    in_bucket = {k.split("/")[1] for k in store.list("jobs/") if k.endswith("/status.json")}
+    results = store.get_many([keys.job_result(job_id) for job_id in in_bucket])
+    # The stack's own jobs; the tests above also ran some with local processes on its bucket.
+    recorded = {
+        j for j in in_bucket if json.loads(results.get(keys.job_result(j), b"{}")).get("backend", "lambda") == "lambda"
+    }
+    assert len(recorded) >= 3 and recorded != in_bucket  # the tests above left both kinds
+
     listed = lambdaml_cli("jobs", "--stack", name, "--output", "json")
     assert listed.returncode == 0, listed.stderr
     summaries = json.loads(listed.stdout)
-    assert {s["job_id"] for s in summaries} == recorded and len(recorded) >= 3  # the tests above left them
+    assert {s["job_id"] for s in summaries} == recorded
     assert [s["created_at"] for s in summaries] == sorted((s["created_at"] for s in summaries), reverse=True)
     cancelled = next(s for s in summaries if s["job_id"].startswith("cancelled-"))
     assert cancelled["state"] == "cancelled"
+    # The list is the stack's JobsTable, written by its functions as each job's state changed.
+    table = deployed.client("dynamodb").scan(TableName=deployed.output("JobsTableName"))["Items"]
+    assert sorted(item["job_id"]["S"] for item in table if item["item"]["S"] == "record") == sorted(recorded)
+    done = [s for s in summaries if s["state"] == "succeeded"]
+    assert done and all(s["spec_hash"] and s["result_key"].endswith("/result.json") for s in done)
+    assert all(s["model_uri"].startswith("s3://") and s["cost_dollars"] > 0 for s in done)
+    # The bucket's records list every job that used it, the local processes' too.
+    everything = lambdaml_cli("jobs", "--bucket", deployed.output("DataBucketName"), "--endpoint-url",
+                              deployed.endpoints["s3"], "--output", "json")  # fmt: skip
+    assert {s["job_id"] for s in json.loads(everything.stdout)} == in_bucket, everything.stderr
 
     finished = lambdaml_cli("jobs", "--stack", name, "--state", "succeeded")
     assert finished.returncode == 0, finished.stderr

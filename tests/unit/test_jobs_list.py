@@ -10,6 +10,7 @@ from lambdaml import cli, keys
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec
 from lambdaml.runtime import records
+from lambdaml.runtime.registry import BucketRegistry
 from lambdaml.storage import open_storage, put_json
 
 
@@ -23,9 +24,10 @@ def three_jobs(data_store: tuple[StorageSpec, Channel]) -> StorageSpec:
     }
     for job_id, (state, created, finished) in states.items():
         fields = {"finished_at": finished} if finished else {}
+        if state == "succeeded":
+            fields["cost_dollars"] = 0.000495
         put_json(store, keys.job_status(job_id), {"state": state, "attempt": 2, "created_at": created, **fields,
                                                   "updated_at": finished or created})  # fmt: skip
-    put_json(store, keys.job_result("aa-old"), {"cost": {"total_dollars": 0.000495}})
     # More keys than one listing page holds, sorting before the newest job's record.
     store.put_many([(f"jobs/mm-mid/a0001/checkpoints/{i:04d}", b"x") for i in range(1001)])
     return spec
@@ -36,7 +38,7 @@ def jobs(spec: StorageSpec, *more: str) -> list[str]:
 
 
 def test_every_job_newest_first_with_its_duration_and_cost(three_jobs: StorageSpec) -> None:
-    summaries = records.job_summaries(open_storage(three_jobs), now=400.0)
+    summaries = records.job_summaries(BucketRegistry(open_storage(three_jobs), page_size=2), now=400.0)
     assert [s["job_id"] for s in summaries] == ["zz-new", "mm-mid", "aa-old"]
     assert [s["duration_s"] for s in summaries] == [100.0, 30.0, 60.0]  # a running job's, so far
     assert [s["cost_dollars"] for s in summaries] == [None, None, 0.000495]

@@ -1,0 +1,185 @@
+"""The job registry: one record per job, whatever ran it.
+
+A record holds the job's id, the hash of its spec, its state and attempts, when it started
+and ended, where its result and model are, and (once finished) its cost. Without a stack,
+the records are the jobs' state records under ``jobs/`` in the data bucket. A stack keeps the
+same records in its ``JobsTable`` (DynamoDB), written as the job's state changes, so its jobs
+are listed by one paginated scan instead of a read per job. Both are read page by page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any
+
+from lambdaml import keys
+from lambdaml.channels import Channel
+
+log = logging.getLogger(__name__)
+
+#: The sort key of a job's record in the JobsTable (its hash key is the job id).
+RECORD_ITEM = "record"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as ``lambdaml jobs`` lists it; its fields are named as in the job's state record."""
+
+    job_id: str
+    state: str
+    attempt: int
+    created_at: float
+    updated_at: float
+    finished_at: float | None = None
+    spec_hash: str | None = None
+    workers: int | None = None
+    result_key: str | None = None
+    model_uri: str | None = None
+    cost_dollars: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_status(cls, job_id: str, record: dict[str, Any]) -> JobRecord:
+        """From a state record (or a JobsTable item); raises KeyError, TypeError or ValueError if malformed."""
+        updated = float(record["updated_at"])
+
+        def optional(name: str, kind: type) -> Any:
+            value = record.get(name)
+            return None if value is None else kind(value)
+
+        return cls(
+            job_id=job_id,
+            state=str(record["state"]),
+            attempt=int(record.get("attempt", 1)),
+            created_at=float(record.get("created_at") or updated),
+            updated_at=updated,
+            finished_at=optional("finished_at", float),
+            spec_hash=optional("spec_hash", str),
+            workers=optional("workers", int),
+            result_key=optional("result_key", str),
+            model_uri=optional("model_uri", str),
+            cost_dollars=optional("cost_dollars", float),
+            error=optional("error", str),
+        )
+
+    @property
+    def ended_at(self) -> float | None:
+        """When it ended: its finish, or its last state change once that is not ``running``."""
+        if self.state == "running":
+            return None
+        return self.finished_at or self.updated_at
+
+    def summary(self, now: float) -> dict[str, Any]:
+        """The record with when it ended and its duration so far: what ``jobs --output json`` prints."""
+        ended = self.ended_at
+        return {
+            **asdict(self),
+            "ended_at": ended,
+            "duration_s": max(0.0, (now if ended is None else ended) - self.created_at),
+        }
+
+
+class JobRegistry(ABC):
+    """Where job records are kept: ``save`` one, read them all a page at a time."""
+
+    @abstractmethod
+    def save(self, record: JobRecord) -> None:
+        """Write a job's record, unless one of a later attempt, or a later write, is there already."""
+
+    @abstractmethod
+    def pages(self) -> Iterator[list[JobRecord]]:
+        """Every record, a page at a time, in no particular order; a malformed one is left out."""
+
+    def newest_first(self, state: str | None = None) -> list[JobRecord]:
+        found = [r for page in self.pages() for r in page if state is None or r.state == state]
+        return sorted(found, key=lambda r: (r.created_at, r.job_id), reverse=True)
+
+
+class BucketRegistry(JobRegistry):
+    """The records as the jobs' state records in a data bucket, which ``records.set_status`` writes."""
+
+    def __init__(self, store: Channel, page_size: int = 200) -> None:
+        self.store, self.page_size = store, page_size
+
+    def save(self, record: JobRecord) -> None:
+        """Nothing to add: the state record written just before is this registry's record."""
+
+    def pages(self) -> Iterator[list[JobRecord]]:
+        ids = [job_id for job_id in map(keys.job_of_status, self.store.list(keys.JOBS_PREFIX)) if job_id]
+        for start in range(0, len(ids), self.page_size):
+            page = ids[start : start + self.page_size]
+            raw = self.store.get_many([keys.job_status(job_id) for job_id in page])
+            records = []
+            for job_id in page:
+                try:
+                    records.append(JobRecord.from_status(job_id, json.loads(raw[keys.job_status(job_id)])))
+                except (KeyError, TypeError, ValueError):
+                    continue  # removed since the listing, or not a record of ours
+            yield records
+
+
+class TableRegistry(JobRegistry):
+    """The records as items of a stack's JobsTable: ``{job_id, item: "record", ...}``."""
+
+    def __init__(self, client: Any, table: str, page_size: int = 100) -> None:
+        self.client, self.table, self.page_size = client, table, page_size
+
+    def save(self, record: JobRecord) -> None:
+        fields = {k: v for k, v in asdict(record).items() if v is not None}
+        item = {name: _attribute(value) for name, value in {**fields, "item": RECORD_ITEM}.items()}
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item=item,
+                # Writes of one job can race (a cancel and a worker's failure): an older attempt's
+                # or an older write's record never replaces a newer one.
+                ConditionExpression="attribute_not_exists(job_id) OR attempt < :a OR "
+                "(attempt = :a AND updated_at <= :u)",
+                ExpressionAttributeValues={":a": item["attempt"], ":u": item["updated_at"]},
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            log.debug("job %s: a newer record is in %s", record.job_id, self.table)
+
+    def pages(self) -> Iterator[list[JobRecord]]:
+        start: dict[str, Any] | None = None
+        while True:
+            request: dict[str, Any] = {
+                "TableName": self.table,
+                "Limit": self.page_size,
+                "FilterExpression": "#item = :record",
+                "ExpressionAttributeNames": {"#item": "item"},
+                "ExpressionAttributeValues": {":record": {"S": RECORD_ITEM}},
+            }
+            if start:
+                request["ExclusiveStartKey"] = start
+            answer = self.client.scan(**request)
+            records = []
+            for item in answer.get("Items", []):
+                try:
+                    values = {name: _value(attribute) for name, attribute in item.items()}
+                    records.append(JobRecord.from_status(str(values["job_id"]), values))
+                except (KeyError, TypeError, ValueError):
+                    continue
+            yield records
+            start = answer.get("LastEvaluatedKey")
+            if not start:
+                return
+
+
+def _attribute(value: Any) -> dict[str, str]:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return {"S": str(value)}
+    return {"N": str(Decimal(repr(value)))}
+
+
+def _value(attribute: dict[str, Any]) -> Any:
+    if "N" in attribute:
+        return float(attribute["N"])
+    if "S" in attribute:
+        return attribute["S"]
+    raise ValueError(f"unexpected attribute {sorted(attribute)}")
