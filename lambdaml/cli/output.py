@@ -133,6 +133,12 @@ def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
+def print_json_line(data: object) -> None:
+    """One JSON object on one line of stdout, at once: what a command that follows something prints per event."""
+    sys.stdout.write(json.dumps(data, allow_nan=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
 def print_dataset(manifest: Manifest, bucket: str) -> None:
     """The one line ``data prepare`` (and the demo) ends with: what was written, and where."""
     console.print(

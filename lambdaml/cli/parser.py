@@ -107,6 +107,16 @@ def _age(text: str) -> float:
     return seconds
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _png(text: str) -> str:
     # --plot's file is optional, so "--plot a.json b.json" would read a.json as the picture to write.
     if not text.lower().endswith(".png"):
@@ -225,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job_id", help="the job's id, as train printed it")
         command.add_argument("--stack", required=True, help="the stack the job runs in")
         _output_args(command)
+        if name == "status":
+            command.add_argument(
+                "--watch",
+                action="store_true",
+                help="print it again as it changes, until the job ends (exit 0 if it succeeded, else 1); "
+                "with --output json, one JSON line each time",
+            )
+            command.add_argument(
+                "--interval", type=_positive_seconds, default=2.0, help="seconds between looks (default: %(default)s)"
+            )
 
     jobs = commands.add_parser("jobs", help="list a stack's jobs (or a data bucket's), newest first")
     jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
@@ -249,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--stack", required=True, help="the stack the job runs in")
     logs.add_argument("--rank", type=int, default=None, help="only this rank's lines")
     logs.add_argument("--follow", action="store_true", help="print new lines as they come, until the job ends")
+    logs.add_argument(
+        "--output", choices=OUTPUTS, default="table", help="table (default), or json: one JSON object per line"
+    )
+    logs.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
 
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from lambdaml.cli.output import console, jobs_table, print_json, status_table
+from lambdaml.cli.output import console, errors, jobs_table, print_json, print_json_line, status_table
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -92,14 +92,53 @@ def cmd_status(args: argparse.Namespace) -> int:
     from lambdaml.backends.stack import StackBackend, resolve_stack
 
     backend = StackBackend(resolve_stack(args.stack))
-    status = backend.status(args.job_id)
-    if args.output == "json":
-        print_json(status)
-        return 0
-    console.print(f"job {args.job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
+    if args.watch:
+        return watch_status(backend, args)
+    show_status(args.job_id, backend.status(args.job_id), args.output)
+    return 0
+
+
+def show_status(job_id: str, status: dict[str, Any], output: str, *, lines: bool = False) -> None:
+    """A job's state and heartbeats: a table, one JSON document, or (``lines``) one JSON line."""
+    if output == "json":
+        (print_json_line if lines else print_json)(status)
+        return
+    console.print(f"job {job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else ""))
     if status["heartbeats"]:
         console.print(status_table(status))
-    return 0
+
+
+def watch_status(backend: Any, args: argparse.Namespace) -> int:
+    """Show the status each time it changes, until the job ends; bounded like ``watch`` when nothing moves."""
+    from lambdaml.backends.stack import job_of, stack_store
+    from lambdaml.runtime import records
+
+    limit = job_of(stack_store(backend.stack), args.job_id).sync.timeout_s + 60
+    last_seen, last_change = None, time.monotonic()
+    try:
+        while True:
+            status = backend.status(args.job_id)
+            seen = (
+                status.get("state"),
+                status.get("updated_at"),
+                [(h["rank"], h["epoch"]) for h in status["heartbeats"]],
+            )
+            if seen != last_seen:
+                last_seen, last_change = seen, time.monotonic()
+                show_status(args.job_id, status, args.output, lines=True)
+            state = status.get("state")
+            if state in records.ENDED:
+                return 0 if state == records.SUCCEEDED else EXIT_ENDED_BADLY
+            if time.monotonic() - last_change > limit:
+                raise ConfigError(f"job {args.job_id} made no progress for {limit:g}s (state: {state})")
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        errors.print(f"stopped watching; job {args.job_id} goes on in stack {args.stack}")
+        return 130
+
+
+#: ``status --watch``'s exit status for a job that ended other than succeeded.
+EXIT_ENDED_BADLY = 1
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -161,7 +200,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         new = [line for line in job_logs(stack, args.job_id) if line.event_id not in seen]
         for line in new:
             seen.add(line.event_id)
-            if args.rank is None or line.rank == args.rank:
+            if args.rank is not None and line.rank != args.rank:
+                continue
+            if args.output == "json":
+                print_json_line({"at_ms": line.at_ms, "rank": line.rank, "message": line.message})
+            else:
                 when = time.strftime("%H:%M:%S", time.gmtime(line.at_ms / 1000)) + f".{line.at_ms % 1000:03d}"
                 console.print(f"{when} rank {line.rank:>3}  {line.message}")
         if not args.follow or state in records.ENDED:

@@ -372,6 +372,25 @@ def test_a_detached_job_is_followed_by_attach_to_the_result_train_prints(
     assert again.returncode == 0 and again.stdout.splitlines()[-2:-1] == attached.stdout.splitlines()[-2:-1]
 
 
+def test_status_watch_follows_a_job_to_its_end_in_json_lines(
+    local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({**JOB, "name": "watched", "dataset": jobs_dataset}))
+    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--output", "json")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+
+    watched = lambdaml_cli("status", job_id, "--stack", name, "--watch", "--interval", "0.2", "--output", "json")
+    assert watched.returncode == 0, watched.stderr
+    looks = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert looks[-1]["state"] == "succeeded" and all(look["state"] == "running" for look in looks[:-1])
+    epochs = [max((h["epoch"] for h in look["heartbeats"]), default=0) for look in looks]
+    assert epochs == sorted(epochs) and epochs[-1] == JOB["algorithm"]["epochs"]
+    assert len({json.dumps(look, sort_keys=True) for look in looks}) == len(looks)  # a line for each change only
+
+
 # Hours of rounds: it cannot end before the Ctrl-C however loaded the machine is; each test cancels it.
 LONG = {**JOB, "algorithm": {**JOB["algorithm"], "epochs": 100_000}}
 
@@ -396,6 +415,9 @@ def test_ctrl_c_leaves_an_attached_job_running_and_says_how_to_cancel_it(
     # The command it printed cancels it.
     cancelled = lambdaml_cli(*cancel.split()[1:])
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+    # Watching a job that ended other than succeeded says so, and exits 1.
+    watched = lambdaml_cli("status", job_id, "--stack", name, "--watch")
+    assert watched.returncode == 1 and watched.stdout.startswith(f"job {job_id}: cancelled"), watched.stderr
 
 
 def test_ctrl_c_with_cancel_on_interrupt_cancels_the_job(
@@ -556,5 +578,10 @@ def test_logs_follow_shows_every_ranks_lines_of_a_running_job_until_it_ends(
     assert lines and all(line.split()[1:3] == ["rank", "2"] for line in lines)
     assert any(f"lambdaml job {job_id} rank 2 attempt 1" in line for line in lines)
     assert any("START RequestId:" in line for line in lines)
+    as_json = lambdaml_cli("logs", job_id, "--stack", name, "--rank", "2", "--output", "json")
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    # The same lines (the log may have grown since: its last lines ship a moment after the job ends).
+    assert [r["message"].split() for r in records][: len(lines)] == [line.split()[3:] for line in lines]
+    assert all(r["rank"] == 2 and r["at_ms"] > 0 for r in records)
     missing = lambdaml_cli("logs", "no-such-job", "--stack", name)
     assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr

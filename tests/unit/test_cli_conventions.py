@@ -230,5 +230,6 @@ def test_every_command_that_prints_a_table_takes_output_json() -> None:
         "cancel",
         "calibrate",
         "advise",
+        "logs",  # its lines, one JSON object each
     }
     assert takes == {f"lambdaml {name}" for name in tables}
