@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output_args(jobs)
 
     clean = commands.add_parser(
-        "clean", help="delete ended jobs' checkpoints and heartbeats, keeping results and models"
+        "clean", help="delete ended jobs' checkpoints, heartbeats and channel keys, keeping results and models"
     )
     clean.add_argument(
         "--older-than",

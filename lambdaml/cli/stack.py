@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from lambdaml.cli.output import console, errors, jobs_table, print_json, print_json_line, status_table
+from lambdaml.cli.output import console, errors, jobs_table, one_line, print_json, print_json_line, status_table
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -171,17 +171,53 @@ def job_registry(args: argparse.Namespace) -> JobRegistry:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    """Remove what ended jobs' attempts left in a data bucket; their records, results and models stay."""
+    """Remove what ended jobs left in their bucket and on their channels; records, results and models stay."""
     from lambdaml.cli.data import _storage
     from lambdaml.runtime import records
     from lambdaml.storage import open_storage
 
-    cleaned = records.clean_jobs(open_storage(_storage(args)), older_than_s=args.older_than, dry_run=args.dry_run)
+    store = open_storage(_storage(args))
+    ended = records.ended_jobs(store, older_than_s=args.older_than)
+    objects = records.clean_jobs(store, ended, dry_run=args.dry_run)
+    channel_keys = clean_channels(store, ended, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    for job_id, count in cleaned.items():
-        console.print(f"job {job_id}: {verb} {count} objects")
-    console.print(f"{verb} {sum(cleaned.values())} objects of {len(cleaned)} ended jobs; results and models kept")
+    for job_id in sorted(set(objects) | set(channel_keys)):
+        on_channel = f" and {channel_keys[job_id]} channel keys" if job_id in channel_keys else ""
+        console.print(f"job {job_id}: {verb} {objects.get(job_id, 0)} objects{on_channel}")
+    console.print(
+        f"{verb} {sum(objects.values())} objects and {sum(channel_keys.values())} channel keys of {len(ended)} "
+        "ended jobs; results and models kept"
+    )
     return 0
+
+
+def clean_channels(store: Any, ended: list[str], *, dry_run: bool) -> dict[str, int]:
+    """Each ended job's keys left on its channel; a channel out of reach (a VPC's cache, say) is named once."""
+    from lambdaml.errors import LambdaMLError
+    from lambdaml.runtime import records
+    from lambdaml.runtime.results import channel_residue
+
+    found: dict[str, int] = {}
+    unreachable: set[str] = set()
+    for job_id in ended:
+        try:
+            job = records.stored_job(store, job_id)
+        except LambdaMLError:
+            continue  # no spec to say where its channel is (a record from before specs were kept)
+        spec = job.channel
+        place = {"s3": spec.bucket, "dynamodb": spec.table}.get(spec.kind) or f"{spec.host}:{spec.port}"
+        where = f"the {spec.kind} channel {place}"
+        if where in unreachable:
+            continue
+        try:
+            count = channel_residue(job, job_id, dry_run=dry_run)
+        except LambdaMLError as exc:
+            unreachable.add(where)
+            errors.print(f"warning: {where} is out of reach ({one_line(str(exc))}); its keys stay")
+            continue
+        if count:
+            found[job_id] = count
+    return found
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -137,24 +137,29 @@ def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str
     return [record.summary(now) for record in registry.newest_first(state)]
 
 
-def clean_jobs(store: Channel, *, older_than_s: float, dry_run: bool = False) -> dict[str, int]:
-    """Delete what the attempts of ended jobs left (checkpoints, heartbeats, reports, cancel markers).
-
-    Only jobs that ended at least ``older_than_s`` ago; a running job is never touched. Each
-    job's spec, attempt claims, state, result and model stay, so ``jobs``, ``status`` and
-    ``attach`` still answer; a failed job resumed later starts again from where it started.
-    Returns each cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
-    """
+def ended_jobs(store: Channel, *, older_than_s: float) -> list[str]:
+    """The jobs that ended (succeeded, failed, cancelled, interrupted) at least ``older_than_s`` ago."""
     now = time.time()
-    ended = {
+    return [
         s["job_id"]
         for s in job_summaries(BucketRegistry(store), now=now)
         if s["state"] in ENDED and s["ended_at"] is not None and now - s["ended_at"] >= older_than_s
-    }
+    ]
+
+
+def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False) -> dict[str, int]:
+    """Delete what the attempts of ended jobs left in the bucket (checkpoints, heartbeats, reports, cancel markers).
+
+    ``ended`` comes from ``ended_jobs``: a running job is never touched. Each job's spec,
+    attempt claims, state, result and model stay, so ``jobs``, ``status`` and ``attach`` still
+    answer; a failed job resumed later starts again from where it started. Returns each
+    cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
+    """
+    wanted = set(ended)
     residue: dict[str, list[str]] = {}
     for key in store.list(keys.JOBS_PREFIX):
         job_id = keys.job_of_attempt_key(key)
-        if job_id is not None and job_id in ended:
+        if job_id is not None and job_id in wanted:
             residue.setdefault(job_id, []).append(key)
     if not dry_run:
         for job_keys in residue.values():

@@ -64,6 +64,16 @@ def clear_job_channel(job: JobSpec, job_id: str, attempt: int, channel: Channel 
         log.warning("could not clean up the channel after job %s ended: %s", job_id, exc)
 
 
+def channel_residue(job: JobSpec, job_id: str, *, dry_run: bool = False) -> int:
+    """The keys a job's attempts left on its channel (a crash before clean-up): counted, and deleted unless dry_run."""
+    prefix = keys.comm_job_prefix(job_id)
+    with open_channel(job.channel) as channel:
+        found = len(channel.list(prefix))
+        if found and not dry_run:
+            channel.clear(prefix)
+    return found
+
+
 def assemble_result(
     job: JobSpec,
     attempt: Attempt,

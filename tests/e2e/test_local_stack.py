@@ -22,9 +22,11 @@ import yaml
 
 from lambdaml import codec, keys
 from lambdaml.backends import stack as remote
+from lambdaml.channels import open_channel
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.local import artifacts, stack
+from lambdaml.runtime import records
 from lambdaml.runtime.reports import JobResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -523,11 +525,21 @@ def test_clean_removes_an_ended_jobs_checkpoints_and_keeps_its_result(
     left = [k for k in store.list(keys.job_prefix(job_id)) if k.startswith(keys.attempt_prefix(job_id, 1))]
     assert any("/checkpoints/" in k for k in left) and any("/heartbeats/" in k for k in left)
 
-    dry = lambdaml_cli("clean", "--stack", name, "--older-than", "0s", "--dry-run")
-    assert dry.returncode == 0 and f"job {job_id}: would remove {len(left)} objects" in dry.stdout, dry.stderr
-    assert [k for k in store.list(keys.job_prefix(job_id)) if k in left] == left
-    done = lambdaml_cli("clean", "--stack", name, "--older-than", "0s")
-    assert done.returncode == 0 and f"job {job_id}: removed {len(left)} objects" in done.stdout, done.stderr
+    # What a worker that crashed mid-round would leave on the job's channel (the stack's redis).
+    stored = records.stored_job(store, job_id)
+    with open_channel(stored.channel) as channel:
+        stray = [keys.round_prefix(job_id, 7) + f"w{rank}" for rank in range(3)]
+        channel.put_many([(key, b"partial") for key in stray])
+
+        dry = lambdaml_cli("clean", "--stack", name, "--older-than", "0s", "--dry-run")
+        said = f"job {job_id}: would remove {len(left)} objects and 3 channel keys"
+        assert dry.returncode == 0 and said in dry.stdout, dry.stdout + dry.stderr
+        assert [k for k in store.list(keys.job_prefix(job_id)) if k in left] == left
+        assert channel.list(keys.comm_job_prefix(job_id)) == sorted(stray)
+        done = lambdaml_cli("clean", "--stack", name, "--older-than", "0s")
+        said = f"job {job_id}: removed {len(left)} objects and 3 channel keys"
+        assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
+        assert channel.list(keys.comm_job_prefix(job_id)) == []
     kept = store.list(keys.job_prefix(job_id))
     assert not set(kept) & set(left)
     assert {keys.job_result(job_id), keys.job_model(job_id), keys.job_status(job_id), keys.job_spec(job_id)} <= set(
@@ -579,9 +591,9 @@ def test_logs_follow_shows_every_ranks_lines_of_a_running_job_until_it_ends(
     assert any(f"lambdaml job {job_id} rank 2 attempt 1" in line for line in lines)
     assert any("START RequestId:" in line for line in lines)
     as_json = lambdaml_cli("logs", job_id, "--stack", name, "--rank", "2", "--output", "json")
-    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    logged = [json.loads(line) for line in as_json.stdout.splitlines()]
     # The same lines (the log may have grown since: its last lines ship a moment after the job ends).
-    assert [r["message"].split() for r in records][: len(lines)] == [line.split()[3:] for line in lines]
-    assert all(r["rank"] == 2 and r["at_ms"] > 0 for r in records)
+    assert [r["message"].split() for r in logged][: len(lines)] == [line.split()[3:] for line in lines]
+    assert all(r["rank"] == 2 and r["at_ms"] > 0 for r in logged)
     missing = lambdaml_cli("logs", "no-such-job", "--stack", name)
     assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -55,7 +56,7 @@ def test_clean_removes_ended_jobs_residue_by_age_and_keeps_their_records(
     spec, store = four_jobs
     everything = set(store.list(keys.JOBS_PREFIX))
     assert cli.main(clean(spec, "--dry-run")) == 0
-    assert "would remove 8 objects of 2 ended jobs" in capsys.readouterr().out
+    assert "would remove 8 objects and 0 channel keys of 2 ended jobs" in capsys.readouterr().out
     assert set(store.list(keys.JOBS_PREFIX)) == everything
 
     assert cli.main(clean(spec)) == 0  # ended over 7 days ago
@@ -73,3 +74,22 @@ def test_an_age_that_does_not_parse_is_one_line(capsys: pytest.CaptureFixture[st
     assert cli.main(["clean", "--older-than", "7w"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'7w' is not an age" in err[0]
+
+
+def test_a_channel_out_of_reach_is_named_once_and_the_bucket_is_still_cleaned(
+    four_jobs: tuple[StorageSpec, Channel], capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec, store = four_jobs
+    with socket.socket() as probe:  # a port nothing listens on: a cache this machine cannot reach
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    channel = {"kind": "redis", "port": port, "connect_timeout_s": 1}
+    job = {"name": "j", "workers": 2, "dataset": "d", "channel": channel}
+    for job_id in ("old-ok", "old-failed"):
+        put_json(store, keys.job_spec(job_id), job)
+    assert cli.main(clean(spec)) == 0
+    captured = capsys.readouterr()
+    warned = captured.err.splitlines()  # once, though two jobs used that channel
+    assert len(warned) == 1 and warned[0].startswith(f"warning: the redis channel 127.0.0.1:{port} is out of reach (")
+    assert warned[0].endswith("; its keys stay")
+    assert "job old-ok: removed 4 objects" in captured.out and "job old-failed: removed 4 objects" in captured.out
