@@ -37,8 +37,15 @@ def client(
     read_timeout_s: float = 60.0,
     max_attempts: int = 3,
     pool: int = 64,
+    checksums: str = "when_required",
 ) -> Any:
-    """A boto3 client whose every call is bounded in time."""
+    """A boto3 client whose every call is bounded in time.
+
+    Body checksums only where an operation requires one (``checksums``; botocore's default,
+    ``when_supported``, adds a CRC-32 of every S3 request body and checks every response's):
+    each value we store carries its own CRC-32 and seal, which catch a truncated or corrupted
+    value, and a bad value is retried.
+    """
     import boto3
     from botocore.config import Config
 
@@ -48,6 +55,8 @@ def client(
         read_timeout=read_timeout_s,
         retries={"max_attempts": max_attempts, "mode": "standard"},
         max_pool_connections=pool,
+        request_checksum_calculation=checksums,
+        response_checksum_validation=checksums,
     )
     kwargs: dict[str, Any] = {"config": config, "endpoint_url": endpoint_url}
     if is_loopback(endpoint_url) and not os.environ.get("AWS_ACCESS_KEY_ID"):

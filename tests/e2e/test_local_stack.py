@@ -320,6 +320,9 @@ def interrupt_after_first_epoch(*args: str) -> tuple[int, str, str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**wide(), "PYTHONUNBUFFERED": "1"},
+        # As in a terminal's foreground: a run started in the background (``make test &``) would
+        # hand down SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     timer = threading.Timer(300, process.kill)  # a bound for a broken run only, far beyond any epoch
     timer.start()

@@ -1,0 +1,95 @@
+"""What one S3 request costs the worker's CPU: botocore with and without body checksums, and obstore.
+
+Run: ``.venv/bin/python bench/s3_requests.py``. A worker's S3 channel puts and gets values
+on moto (its own process, so its CPU is not counted here). botocore's default
+(``when_supported``) computes a CRC-32 of every request body and checks every response's;
+LambdaML's clients ask for checksums only where an operation requires one, since every value
+already carries our codec's CRC-32 and its seal. The reference is the default client,
+measured in the same run on the same requests. If ``obstore`` (Rust's ``object_store``) is
+importable it is measured too, as the leaner client to weigh against boto3; it is not a
+dependency (``pip install obstore`` into a scratch environment and put it on PYTHONPATH).
+
+Prints, per value size, the worker CPU (process time, all threads) per PUT and per GET for
+each client, and the ratio to the default; writes bench/results/s3_requests.csv.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+
+import numpy as np
+from common import report
+
+from lambdaml import aws, codec, settings
+from lambdaml.channels.s3 import S3Channel
+from lambdaml.local import services
+
+SIZES = [10_000, 1_000_000]  # float64 elements: 80 kB and 8 MB values
+BOTO = ("when_supported", "when_required")  # botocore's default, then ours
+
+
+def cpu_ms_per_request(fn: Callable[[str], object], items: list[str], repeats: int = 3) -> float:
+    """Process CPU time per call of ``fn`` on each item, best of ``repeats`` passes, in milliseconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for item in items:
+            fn(item)
+        best = min(best, time.process_time() - start)
+    return 1000 * best / len(items)
+
+
+def boto_client(url: str, mode: str, value: bytes, names: list[str]) -> tuple[float, float]:
+    channel = S3Channel(aws.client("s3", endpoint_url=url, checksums=mode), f"b-{secrets.token_hex(4)}")
+    channel.ensure()
+    for name in names:  # warm: connections, the bucket, and the keys the gets read
+        channel.put(name, value)
+    put = cpu_ms_per_request(lambda k: channel.put(k, value), names)
+    return put, cpu_ms_per_request(channel.get, names)
+
+
+def obstore_client(url: str, value: bytes, names: list[str]) -> tuple[float, float] | None:
+    try:
+        import obstore
+        from obstore.store import S3Store
+    except ImportError:
+        return None
+    bucket = f"b-{secrets.token_hex(4)}"
+    S3Channel(aws.client("s3", endpoint_url=url), bucket).ensure()
+    store = S3Store(
+        bucket, endpoint=url, region="us-east-1", access_key_id=settings.LOCAL_ACCESS_KEY,
+        secret_access_key=settings.LOCAL_SECRET_KEY, client_options={"allow_http": True},
+        virtual_hosted_style_request=False,
+    )  # fmt: skip
+    for name in names:
+        obstore.put(store, name, value)
+    put = cpu_ms_per_request(lambda k: obstore.put(store, k, value), names)
+    return put, cpu_ms_per_request(lambda k: obstore.get(store, k).bytes(), names)
+
+
+def main() -> None:
+    moto = services.start_moto()
+    try:
+        rng = np.random.default_rng(0)
+        rows: list[list[str]] = []
+        header = ["d", "value kB", "client", "PUT CPU ms", "GET CPU ms", "CPU per request vs default"]
+        for d in SIZES:
+            value = codec.encode(rng.standard_normal(d))
+            names = [f"k/{i}" for i in range(40 if d <= 10_000 else 8)]
+            measured = {f"boto3 {mode}": boto_client(moto.url, mode, value, names) for mode in BOTO}
+            lean = obstore_client(moto.url, value, names)
+            if lean is not None:
+                measured["obstore"] = lean
+            reference = sum(measured[f"boto3 {BOTO[0]}"])
+            for client, (put, get) in measured.items():
+                ratio = (put + get) / reference
+                rows.append([f"{d:.0e}", f"{len(value) / 1e3:.0f}", client, f"{put:.3f}", f"{get:.3f}", f"{ratio:.2f}"])
+        report("s3_requests", header, rows)
+    finally:
+        moto.stop()
+
+
+if __name__ == "__main__":
+    main()
