@@ -1,0 +1,34 @@
+"""S3 requests carry no body checksum of botocore's own: every value has its codec CRC-32 and its seal."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from lambdaml import aws
+from lambdaml.channels.s3 import S3Channel
+
+
+def test_puts_and_gets_carry_no_botocore_checksum_but_batch_deletes_still_do(moto_url: str) -> None:
+    client = aws.client("s3", endpoint_url=moto_url)
+    sent: list[tuple[str, dict[str, str]]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        sent.append((request.method, {k.lower(): v for k, v in request.headers.items()}))
+
+    client.meta.events.register("before-send.s3", record)
+    channel = S3Channel(client, f"sums-{secrets.token_hex(4)}")
+    channel.ensure()
+    channel.put("k", b"x" * 100_000)
+    assert channel.get("k") == b"x" * 100_000
+    channel.delete(["k"])
+
+    puts = [headers for method, headers in sent if method == "PUT" and "content-length" in headers]
+    assert puts and not any(
+        h.startswith("x-amz-checksum") or h == "x-amz-sdk-checksum-algorithm" for p in puts for h in p
+    )
+    gets = [headers for method, headers in sent if method == "GET"]
+    assert gets and all(h.get("x-amz-checksum-mode") is None for h in gets)
+    # DeleteObjects requires a checksum (S3 refuses it without): botocore still sends one there.
+    deletes = [headers for method, headers in sent if method == "POST"]
+    assert deletes and all(any(h.startswith(("x-amz-checksum", "content-md5")) for h in d) for d in deletes)
