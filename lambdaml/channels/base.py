@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import struct
 import threading
 import time
-import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +34,12 @@ T = TypeVar("T")
 # A chunked value is stored as its parts plus, at the logical key, this small manifest.
 # Tensors start with b"LMLT" and JSON with "{", so a real value never starts with it.
 _CHUNK_MAGIC = b"\x00LMLCHUNK"
-_CHUNK_MANIFEST = struct.Struct("<9sBIQI")  # magic, version, parts, total bytes, crc32
+# magic, version, parts, total bytes, write id. Every part starts with its write's random id,
+# so a part of another write of the key is told apart without a checksum pass over the bytes:
+# the value inside carries its own (the codec's CRC-32, the seal).
+_CHUNK_MANIFEST = struct.Struct("<9sBIQ8s")
+_CHUNK_VERSION = 2
+_WRITE_ID = 8
 _DELETE_BATCH = 1000
 
 
@@ -235,9 +240,11 @@ class Channel(ABC):
                 first.append((key, data))
                 sent += len(data)
                 continue
-            pieces = [data[i : i + limit] for i in range(0, len(data), limit)]
+            write_id, step = os.urandom(_WRITE_ID), limit - _WRITE_ID
+            view = memoryview(data)  # one copy per part: the id and its slice joined
+            pieces = [b"".join((write_id, view[i : i + step])) for i in range(0, len(data), step)]
             first.extend((K.chunk_part(key, i), piece) for i, piece in enumerate(pieces))
-            manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, 1, len(pieces), len(data), zlib.crc32(data))
+            manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, _CHUNK_VERSION, len(pieces), len(data), write_id)
             manifests.append((key, manifest))
             sent += len(data) + len(manifest)
 
@@ -293,14 +300,18 @@ class Channel(ABC):
     def _assemble(self, key: str, raw: bytes) -> bytes:
         if not raw.startswith(_CHUNK_MAGIC) or len(raw) != _CHUNK_MANIFEST.size:
             return raw
-        _, _, n_parts, total, crc = _CHUNK_MANIFEST.unpack(raw)
+        _, version, n_parts, total, write_id = _CHUNK_MANIFEST.unpack(raw)
+        if version != _CHUNK_VERSION:
+            raise ChannelError(f"{self.kind}: value {key!r} was chunked by another version of LambdaML")
         part_keys = [K.chunk_part(key, i) for i in range(n_parts)]
         parts = self._retry(self._get_many, part_keys)
         self.stats.add(gets=n_parts, bytes_received=sum(len(v) for v in parts.values()))
         if len(parts) != n_parts:
             raise ChannelError(f"{self.kind}: value {key!r} is missing {n_parts - len(parts)} of {n_parts} parts")
-        data = b"".join(parts[k] for k in part_keys)
-        if len(data) != total or zlib.crc32(data) != crc:
+        if not all(parts[k].startswith(write_id) for k in part_keys):
+            raise TransientChannelError(f"{self.kind}: value {key!r} was reassembled wrong (changed while read?)")
+        data = b"".join(memoryview(parts[k])[_WRITE_ID:] for k in part_keys)
+        if len(data) != total:
             raise TransientChannelError(f"{self.kind}: value {key!r} was reassembled wrong (changed while read?)")
         return data
 

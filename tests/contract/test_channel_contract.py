@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from lambdaml import keys as K
 from lambdaml.channels import Channel
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
 
@@ -173,6 +174,20 @@ def test_prefix_with_glob_characters_matches_literally(channel: Channel, prefix:
     assert channel.list(prefix + "g/a[") == [prefix + "g/a[b]"]
     assert channel.list(prefix + "g/a\\") == [prefix + "g/a\\b"]
     assert len(channel.list(prefix + "g/a")) == len(names)
+
+
+def test_a_part_of_another_write_of_the_key_is_never_reassembled(channel: Channel, prefix: str) -> None:
+    if channel.max_item_bytes is None:
+        pytest.skip("values are never chunked here")
+    key = prefix + "mixed/value"
+    first, second = os.urandom(2 * channel.max_item_bytes + 5), os.urandom(2 * channel.max_item_bytes + 5)
+    channel.put(key, first)
+    stale_part = channel._get(K.chunk_part(key, 1))
+    channel.put(key, second)
+    assert channel.get(key) == second
+    channel._put(K.chunk_part(key, 1), stale_part)  # same length, the other write's bytes
+    with pytest.raises(ChannelError, match="reassembled wrong"):
+        channel.get(key)
 
 
 def test_put_many_writes_small_and_chunked_values_in_batches(channel: Channel, prefix: str) -> None:
