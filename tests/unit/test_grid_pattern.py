@@ -9,8 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from analytic_model.collectives import grid_requests
+from analytic_model.channel_perf import ChannelPerf
+from analytic_model.collectives import collective, grid_requests
 from analytic_model.collectives import grid_shape as modelled_shape
+from analytic_model.transfers import Polling
 from lambdaml import codec, keys, seal
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.comm.grid import grid_shape
@@ -147,3 +149,18 @@ def test_compression_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match="not 'scatter_reduce_2d'"):
         parse_job(job)
     parse_job({**job, "algorithm": {"name": "ga_sgd"}})
+
+
+def test_the_modelled_round_pays_off_where_the_store_serves_requests() -> None:
+    polling = Polling(0.0005, 1.5, 0.025)
+    figures = {"latency_put_s": 0.01, "latency_get_s": 0.01, "extra_put_s": 0.0, "extra_get_s": 0.0}
+    figures |= {"bandwidth_put_Bps": 1e8, "bandwidth_get_Bps": 1e8}
+    busy = ChannelPerf("test", **figures, server_put_s=0.002, server_get_s=0.002)  # type: ignore[arg-type]
+    flat = collective(busy, "scatter_reduce", 16, 4e4, 1e12, polling, 0)
+    grid = collective(busy, "scatter_reduce_2d", 16, 4e4, 1e12, polling, 0)
+    assert grid.seconds < flat.seconds / 2  # the store's busy time sets both rounds
+    assert grid.requests.puts + grid.requests.gets < (flat.requests.puts + flat.requests.gets) / 2
+    # A prime W's round is flat ScatterReduce's.
+    assert collective(busy, "scatter_reduce_2d", 7, 4e4, 1e12, polling, 0) == collective(
+        busy, "scatter_reduce", 7, 4e4, 1e12, polling, 0
+    )
