@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analytic_model.collectives import PATTERNS
+from analytic_model.collectives import PATTERNS, grid_shape
 from analytic_model.prediction import Infeasible, Prediction, iaas_fits, memory_needed_mb, predict_faas, predict_iaas
 from analytic_model.profile import Profile, aws_profile
 from analytic_model.tables import price_table, prices
@@ -175,7 +175,7 @@ def advise(
                 continue
             # One worker has nothing to synchronize: one row per memory size.
             combos = [(channel_list[0] if channel_list else "s3", PATTERNS[0])] if w == 1 else [
-                (channel, pattern) for channel in channel_list for pattern in patterns
+                (channel, pattern) for channel in channel_list for pattern in _distinct(patterns, w)
             ]  # fmt: skip
             for channel, pattern in combos:
                 try:
@@ -193,6 +193,14 @@ def advise(
     if not rows:
         raise ConfigError("no configuration fits: use more workers or larger Lambda memory / instances")
     return Advice(workload, region, profile.target, rows, skipped)
+
+
+def _distinct(patterns: Sequence[str], workers: int) -> list[str]:
+    """The patterns whose rounds differ at ``workers``: on a prime W's 1 x W grid the 2-D pattern
+    is flat ScatterReduce, a row of its own only where ScatterReduce is not tried."""
+    if grid_shape(workers)[0] == 1 and "scatter_reduce" in patterns:
+        return [p for p in patterns if p != "scatter_reduce_2d"]
+    return list(patterns)
 
 
 def pyplot() -> Any:

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from analytic_model.records import INTERNAL, KEY
 
+#: The patterns ScatterReduce's own figures (``sr_*``) apply to: the 2-D one waits and moves its
+#: bytes as ScatterReduce does, in rows and columns.
+_SR_FIGURES = ("scatter_reduce", "scatter_reduce_2d")
+
 
 @dataclass(frozen=True)
 class ChannelPerf:
@@ -85,13 +89,13 @@ class ChannelPerf:
     def straggle(self, workers: int, pattern: str = "allreduce") -> float:
         """Expected loss of one wait of ``pattern`` for the values of ``workers`` symmetric workers."""
         base, per_worker = self.wait_s, self.wait_per_worker_s
-        if pattern == "scatter_reduce" and self.sr_wait_s is not None:
+        if pattern in _SR_FIGURES and self.sr_wait_s is not None:
             base, per_worker = self.sr_wait_s, self.sr_wait_per_worker_s or 0.0
         return base + max(workers - 2, 0) * per_worker
 
     def slowdown(self, pattern: str) -> float:
         """What ``pattern``'s rounds do to its bytes beyond the transfers and crowding."""
-        if pattern == "scatter_reduce" and self.sr_bytes_slowdown is not None:
+        if pattern in _SR_FIGURES and self.sr_bytes_slowdown is not None:
             return self.sr_bytes_slowdown
         return self.bytes_slowdown
 

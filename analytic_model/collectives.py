@@ -1,19 +1,25 @@
 """One round of a collective over a channel: AllReduce and ScatterReduce as ``lambdaml/comm/patterns.py``
-issues them, and torch.distributed's ring all-reduce on EC2.
+issues them, 2-D ScatterReduce as ``lambdaml/comm/grid.py`` does, and torch.distributed's ring
+all-reduce on EC2.
 
 AllReduce has non-aggregators put once and get once while the aggregator gets W-1 values and
-puts one; ScatterReduce has every worker issue 3W-2 requests of about m/W.
+puts one; ScatterReduce has every worker issue 3W-2 requests of about m/W; 2-D ScatterReduce
+on an r x c grid 3(r + c) - 4, 2c - 1 of about m/c and 2r - 1 of about m/W.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import astuple, dataclass, field
 
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
 from lambdaml.errors import ConfigError
 
-PATTERNS = ("allreduce", "scatter_reduce")
+PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
+#: The patterns calibration measures: the 2-D pattern's waits and bytes are ScatterReduce's, in
+#: groups of r and c (``ChannelPerf`` gives it ScatterReduce's figures).
+CALIBRATED_PATTERNS = ("allreduce", "scatter_reduce")
 _FIXED_POINT_STEPS = 8
 
 
@@ -45,13 +51,15 @@ class RoundCost:
 def collective(
     channel: ChannelPerf, pattern: str, workers: int, vector_bytes: float, add_Bps: float, polling: Polling, header: int
 ) -> RoundCost:
-    """One BSP round of AllReduce or ScatterReduce over ``channel`` (without the compute before it)."""
+    """One BSP round of ``pattern`` over ``channel`` (without the compute before it)."""
     if workers <= 1:
         return RoundCost(0.0, Requests())
     if pattern == "allreduce":
         return _allreduce(channel, workers, vector_bytes + header, add_Bps, polling)
     if pattern == "scatter_reduce":
         return _scatter_reduce(channel, workers, vector_bytes / workers + header, add_Bps, polling)
+    if pattern == "scatter_reduce_2d":
+        return _scatter_reduce_2d(channel, workers, vector_bytes, header, add_Bps, polling)
     raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
 
 
@@ -87,6 +95,7 @@ def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int 
     chunk and gets W-1 pieces and W-1 merged chunks, 3W-2 requests of about m/W. ``value_bytes``
     is one value on the wire (the vector, or a piece); ``items`` the requests one value takes
     (parts and manifest of a chunked value). Polling misses and the clean-up come on top.
+    2-D ScatterReduce moves values of two sizes: ``grid_requests``.
     """
     w = workers
     if w <= 1:
@@ -106,6 +115,39 @@ def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int 
             bytes_received=2 * w * (w - 1) * value_bytes,
         )
     raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+
+
+def grid_shape(world: int) -> tuple[int, int]:
+    """The 2-D pattern's grid: (r, c), r * c == W, r <= c, r the largest divisor up to sqrt(W)
+    (``lambdaml.comm.grid.grid_shape``; a prime W gets 1 x W, flat ScatterReduce)."""
+    rows = max(r for r in range(1, math.isqrt(world) + 1) if world % r == 0)
+    return rows, world // rows
+
+
+def grid_requests(
+    workers: int, vector_bytes: float, header: float, piece_items: int = 1, segment_items: int = 1
+) -> Requests:
+    """The data requests and bytes of one 2-D ScatterReduce round over all workers.
+
+    Every worker puts c-1 row pieces and its assembled segment (about m/c each), r-1 column
+    pieces and its merged chunk (about m/W), and gets 2(c-1) values of m/c and 2(r-1) of m/W:
+    3(r + c) - 4 requests. ``*_items``: the requests one value of each size takes.
+    """
+    w = workers
+    if w <= 1:
+        return Requests()
+    r, c = grid_shape(w)
+    piece = vector_bytes / w + header
+    if r == 1:
+        return pattern_requests("scatter_reduce", w, piece, piece_items)
+    segment = vector_bytes / c + header
+    gets = (2 * (c - 1) * segment_items, 2 * (r - 1) * piece_items)
+    return Requests(
+        puts=w * (c * segment_items + r * piece_items),
+        gets=w * sum(gets),
+        bytes_sent=w * (c * segment + r * piece),
+        bytes_received=w * (2 * (c - 1) * segment + 2 * (r - 1) * piece),
+    )
 
 
 def _still_missing(keys: int) -> float:
@@ -187,6 +229,78 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
         "put_merged": put_merged,
         "late_merged": late,
         "gather_merged": gather_merged,
+        "chain": chain,
+        "store_busy": busy,
+    }
+    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+
+
+def _scatter_reduce_2d(
+    channel: ChannelPerf, w: int, m: float, header: float, add_Bps: float, polling: Polling
+) -> RoundCost:
+    r, c = grid_shape(w)
+    piece = m / w + header
+    if r == 1:  # a prime W: the pattern is flat ScatterReduce
+        return _scatter_reduce(channel, w, piece, add_Bps, polling)
+    segment = m / c + header
+    slowdown = channel.slowdown("scatter_reduce_2d")
+    row_scatter = phase_s(channel, "put", w, c - 1, segment, slowdown)
+    row_gather = phase_s(channel, "get", w, c - 1, segment, slowdown)
+    row_reduce = (c - 1) * segment / add_Bps
+    col_scatter = phase_s(channel, "put", w, r - 1, piece, slowdown)
+    col_gather = phase_s(channel, "get", w, r - 1, piece, slowdown)
+    col_reduce = (r - 1) * piece / add_Bps
+    put_merged = phase_s(channel, "put", w, 1, piece, slowdown)
+    gather_merged = phase_s(channel, "get", w, r - 1, piece, slowdown)
+    put_segment = phase_s(channel, "put", w, 1, segment, slowdown)
+    gather_segments = phase_s(channel, "get", w, c - 1, segment, slowdown)
+    piece_items, segment_items = items_of(channel, piece), items_of(channel, segment)
+    # Symmetric workers wait four times: twice for their row's c-1 values, twice for their
+    # column's r-1; each wait loses at least what a wait on that many stragglers loses.
+    waits = {}
+    for group in (c, r):
+        straggle = channel.straggle(group, "scatter_reduce_2d")
+        late, misses = polling.wait(straggle, poll_of(channel, group - 1, w - 1))
+        waits[group] = (max(late, straggle), misses)
+    (late_row, misses_row), (late_col, misses_col) = waits[c], waits[r]
+    chain = (
+        row_scatter + row_gather + row_reduce + col_scatter + col_gather + col_reduce + put_merged + gather_merged
+        + put_segment + gather_segments + 2 * (late_row + late_col)
+    )  # fmt: skip
+    missed = 2 * w * (misses_row * _still_missing(c - 1) + misses_col * _still_missing(r - 1))
+    requests = grid_requests(w, m, header, piece_items, segment_items) + Requests(gets=missed)
+    get_trips = (
+        2
+        * w
+        * (
+            channel.round_trips("get", (c - 1) * segment_items)
+            + channel.round_trips("get", (r - 1) * piece_items)
+            + misses_row * channel.round_trips("get", _still_missing(c - 1))
+            + misses_col * channel.round_trips("get", _still_missing(r - 1))
+        )
+    )
+    put_trips = w * (
+        channel.round_trips("put", (c - 1) * segment_items)
+        + channel.round_trips("put", (r - 1) * piece_items)
+        + piece_items
+        + segment_items
+    )
+    busy = _store_busy(channel, requests, put_trips, get_trips, w)
+    phases = {
+        "row_scatter": row_scatter,
+        "late_row_pieces": late_row,
+        "row_gather": row_gather,
+        "row_reduce": row_reduce,
+        "column_scatter": col_scatter,
+        "late_column_pieces": late_col,
+        "column_gather": col_gather,
+        "column_reduce": col_reduce,
+        "put_merged": put_merged,
+        "late_merged": late_col,
+        "gather_merged": gather_merged,
+        "put_segment": put_segment,
+        "late_segments": late_row,
+        "gather_segments": gather_segments,
         "chain": chain,
         "store_busy": busy,
     }

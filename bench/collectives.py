@@ -10,7 +10,8 @@ phases instead of polling. Raw and library rounds alternate, so drift hits both 
 
 Prints a table (channel, W, d, pattern, round ms, raw ms, ratio) and the speed-up of
 ScatterReduce over AllReduce, and writes the table to bench/results/collectives.csv
-(no plot: matplotlib is not a dependency).
+(no plot: matplotlib is not a dependency). ``--patterns`` adds 2-D ScatterReduce
+(``scatter_reduce_2d``), whose raw plan has its five phases: rows, columns, columns, rows.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from lambdaml import aws, codec
 from lambdaml.channels import Channel, dynamodb, memcached, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.comm.grid import grid_shape
 from lambdaml.comm.patterns import chunk_bounds
 from lambdaml.config import ChannelSpec
 from lambdaml.local import services
@@ -47,7 +49,8 @@ log = logging.getLogger("bench.collectives")
 
 HEADER = len(codec.encode(np.zeros(0, np.float32)))  # header + 1-d shape: raw values have the encoded size
 ITEM_LIMITS = {"memcached": memcached.DEFAULT_MAX_ITEM_BYTES, "dynamodb": dynamodb.DEFAULT_MAX_ITEM_BYTES}
-PATTERNS = ("allreduce", "scatter_reduce")
+PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
+DEFAULT_PATTERNS = ("allreduce", "scatter_reduce")  # the table in bench/RESULTS.md
 KINDS = ("s3", "redis", "memcached", "dynamodb")
 BARRIER_TIMEOUT_S = 300.0
 RESULT_TIMEOUT_S = 900.0
@@ -168,11 +171,45 @@ def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix
         return RawRound([(mine, [], []), ([], [], []), ([], names(merged), [])], names(mine))
     bounds = chunk_bounds(d, world)
     sizes = [hi - lo for lo, hi in bounds]
+    if pattern == "scatter_reduce_2d" and grid_shape(world)[0] > 1:
+        return grid_plan(value, names, rank, world, sizes, prefix)
     pieces = [item for j in range(world) if j != rank for item in value(f"{prefix}/p{rank}/c{j}", sizes[j])]
     incoming = [k for r in range(world) if r != rank for k in names(value(f"{prefix}/p{r}/c{rank}", sizes[rank]))]
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     gathered = [k for j in range(world) if j != rank for k in names(value(f"{prefix}/m/c{j}", sizes[j]))]
     return RawRound([(pieces, [], []), ([], incoming, merged), ([], gathered, [])], names(pieces) + names(merged))
+
+
+def grid_plan(
+    value: Callable[[str, int], list[tuple[str, bytes]]],
+    names: Callable[[list[tuple[str, bytes]]], list[str]],
+    rank: int,
+    world: int,
+    sizes: list[int],
+    prefix: str,
+) -> RawRound:
+    """2-D ScatterReduce's requests (``lambdaml/comm/grid.py``): rows, columns, columns, rows."""
+    r, c = grid_shape(world)
+    row, col = rank % r, rank // r
+    row_peers = [b * r + row for b in range(c) if b != col]
+    col_peers = [col * r + a for a in range(r) if a != row]
+
+    def segment(k: int) -> int:  # the elements of the segment of rank k's column
+        b = k // r
+        return sum(sizes[b * r : b * r + r])
+
+    row_out = [item for k in row_peers for item in value(f"{prefix}/r{rank}/c{k}", segment(k))]
+    row_in = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
+    col_out = [item for k in col_peers for item in value(f"{prefix}/k{rank}/c{k}", sizes[k])]
+    col_in = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
+    merged = value(f"{prefix}/m/c{rank}", sizes[rank])
+    merged_in = [key for k in col_peers for key in names(value(f"{prefix}/m/c{k}", sizes[k]))]
+    seg = value(f"{prefix}/s/c{rank}", segment(rank))
+    seg_in = [key for k in row_peers for key in names(value(f"{prefix}/s/c{k}", segment(k)))]
+    return RawRound(
+        [(row_out, [], []), ([], row_in, col_out), ([], col_in, merged), ([], merged_in, seg), ([], seg_in, [])],
+        names(row_out) + names(col_out) + names(merged) + names(seg),
+    )
 
 
 # ---- worker processes -------------------------------------------------------------------------
@@ -384,6 +421,7 @@ def measure_all(
     sizes: list[int],
     slow_cap: float,
     started: float,
+    patterns: Sequence[str] = DEFAULT_PATTERNS,
 ) -> list[Row]:
     """Every (W, channel, d, pattern), one group of W processes per W."""
     rows: list[Row] = []
@@ -392,7 +430,7 @@ def measure_all(
         try:
             for kind in kinds:
                 for d in sizes:
-                    for pattern in PATTERNS:
+                    for pattern in patterns:
                         if kind == "dynamodb" and slow_cap and d > slow_cap:
                             note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
                             rows.append(Row(kind, world, d, pattern, None, None, None, note))
@@ -432,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1e6,
         help="largest d for DynamoDB on moto, whose 350 KB items make 1e7 take minutes (default 1e6; 0: no cap)",
     )
+    parser.add_argument(
+        "--patterns", default=",".join(DEFAULT_PATTERNS), help="comma-separated subset of " + ",".join(PATTERNS)
+    )
     parser.add_argument("--csv", type=Path, default=CSV_PATH)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -441,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         parser.error(f"unknown channels {unknown}; known: {', '.join(KINDS)}")
+    patterns = [p for p in args.patterns.split(",") if p]
+    if set(patterns) - set(PATTERNS):
+        parser.error(f"unknown patterns {sorted(set(patterns) - set(PATTERNS))}; known: {', '.join(PATTERNS)}")
     worlds = [int(w) for w in (args.workers or ("2,4" if args.quick else "2,4,8")).split(",")]
     sizes = [int(float(d)) for d in (args.sizes or ("1e4,1e6" if args.quick else "1e4,1e6,1e7")).split(",")]
 
@@ -462,7 +506,9 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds:
             with open_channel(specs[kind]) as channel:
                 channel.ensure()
-        rows = measure_all({k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started)
+        rows = measure_all(
+            {k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started, patterns
+        )
     rows.sort(key=lambda r: (kinds.index(r.channel), r.world, r.d, PATTERNS.index(r.pattern)))
     print()
     print_table(rows)

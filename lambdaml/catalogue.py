@@ -138,6 +138,7 @@ COMPRESSORS: Mapping[str, CompressorInfo] = _index(
 PATTERNS: Mapping[str, Plugin] = _index(
     Plugin("allreduce", "lambdaml.comm.patterns:AllReduce"),
     Plugin("scatter_reduce", "lambdaml.comm.patterns:ScatterReduce"),
+    Plugin("scatter_reduce_2d", "lambdaml.comm.grid:ScatterReduce2D"),
 )
 
 CHANNELS: Mapping[str, Plugin] = _index(

@@ -361,6 +361,9 @@ class JobSpec(_Spec):
             raise ValueError(f"algorithm {algorithm!r} runs only under protocol 'bsp', not {self.sync.protocol!r}")
         if self.sync.protocol != "bsp" and self.algorithm.compression is not None:
             raise ValueError(f"compression runs under protocol 'bsp' only, not {self.sync.protocol!r}")
+        if self.sync.pattern == "scatter_reduce_2d" and self.algorithm.compression_spec is not None:
+            # Its row sums are reduced again down the columns: compressing them needs error feedback of its own.
+            raise ValueError("compression runs over pattern 'allreduce' or 'scatter_reduce', not 'scatter_reduce_2d'")
         if (algorithm == "kmeans") != (self.model.name == "kmeans"):
             raise ValueError("the kmeans algorithm and the kmeans model go together")
         return self

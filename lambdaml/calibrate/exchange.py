@@ -21,7 +21,7 @@ import numpy as np
 
 from analytic_model.calibration import ExchangeFigures
 from analytic_model.channel_perf import ChannelPerf
-from analytic_model.collectives import PATTERNS, RoundCost, collective
+from analytic_model.collectives import CALIBRATED_PATTERNS, RoundCost, collective
 from analytic_model.profile import aws_profile
 from analytic_model.transfers import Polling, store_s
 from lambdaml import codec, keys
@@ -184,7 +184,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     wakes: list[float] = []  # what a step between collectives takes beyond the same step's share of a core
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
-        for pattern in PATTERNS:
+        for pattern in CALIBRATED_PATTERNS:
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
                 with_loss = dataclasses.replace(perf, **_pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
@@ -220,14 +220,14 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     )
     # A step right after a wait runs on cold caches (and a core that may be asleep).
     figures: dict[str, Any] = {"crowding": max(fit, 0.0), "step_wake_s": statistics.fmean(wakes)}
-    for pattern in PATTERNS:
+    for pattern in CALIBRATED_PATTERNS:
         top = losses[pattern, worlds[-1]]
         per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
         figures.update(_pattern_fields(pattern, wait_s=losses[pattern, 2], wait_per_worker_s=max(per_worker, 0.0)))
     # Each pattern with large values, round after round: what its bytes take in real rounds
     # beyond the figures so far (the ranks move them while the others poll and compute).
     fitted = dataclasses.replace(perf, **figures)
-    for pattern in PATTERNS:
+    for pattern in CALIBRATED_PATTERNS:
         factors = []
         for world in worlds:
 

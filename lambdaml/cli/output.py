@@ -179,7 +179,7 @@ def _print_profile(measured: dict[str, Any]) -> None:
 
 
 #: How the advice table names a communication pattern.
-_PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR"}
+_PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR", "scatter_reduce_2d": "SR2D"}
 
 
 def advice_table(advice: Any, *, every: bool) -> Table:

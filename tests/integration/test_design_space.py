@@ -84,16 +84,24 @@ def lloyd_reference(store: Channel, iterations: int, seed: int) -> tuple[np.ndar
     return lloyd(np.concatenate(parts), initial_centroids(parts[0], 4, seed), iterations)
 
 
-VALID = [
-    (algorithm, pattern, "bsp", channel)
-    for algorithm in ("ga_sgd", "ma_sgd", "admm", "kmeans")
-    for pattern in ("allreduce", "scatter_reduce")
-    for channel in CHANNEL_KINDS
-] + [
-    (algorithm, "allreduce", protocol, channel)  # ASP/SSP use their update log, not a pattern
-    for algorithm, protocol in (("ga_sgd", "asp"), ("ma_sgd", "asp"), ("ga_sgd", "ssp"))
-    for channel in CHANNEL_KINDS
-]
+VALID = (
+    [
+        (algorithm, pattern, "bsp", channel)
+        for algorithm in ("ga_sgd", "ma_sgd", "admm", "kmeans")
+        for pattern in ("allreduce", "scatter_reduce")
+        for channel in CHANNEL_KINDS
+    ]
+    + [
+        (algorithm, "scatter_reduce_2d", "bsp", channel)  # a 2 x 2 grid at W=4; two channels keep it short
+        for algorithm in ("ga_sgd", "ma_sgd", "admm", "kmeans")
+        for channel in ("redis", "s3")
+    ]
+    + [
+        (algorithm, "allreduce", protocol, channel)  # ASP/SSP use their update log, not a pattern
+        for algorithm, protocol in (("ga_sgd", "asp"), ("ma_sgd", "asp"), ("ga_sgd", "ssp"))
+        for channel in CHANNEL_KINDS
+    ]
+)
 
 
 @pytest.mark.parametrize(("algorithm", "pattern", "protocol", "kind"), VALID)
@@ -131,6 +139,22 @@ def test_scatter_reduce_equals_allreduce_on_the_same_job(
         for p in ("allreduce", "scatter_reduce")
     ]
     assert np.max(np.abs(models[0] - models[1])) <= 1e-6
+    assert np.max(np.abs(models[0])) > 0.1, "the model must have moved for the comparison to mean anything"
+
+
+def test_scatter_reduce_2d_equals_scatter_reduce_on_the_same_job(
+    services: Services, store: tuple[StorageSpec, Channel]
+) -> None:
+    """At W=4 the grid is 2 x 2: the same gradient sums within rounding, so the same model within 1e-6."""
+    storage, data = store
+    models = [
+        model_of(
+            data,
+            run_job(job_for(storage, channel_spec("redis", services), "ga_sgd", sync={"pattern": p}), results_dir=None),
+        )
+        for p in ("scatter_reduce", "scatter_reduce_2d")
+    ]
+    assert np.max(np.abs(models[0] - models[1])) <= 1e-6 * np.max(np.abs(models[0]))
     assert np.max(np.abs(models[0])) > 0.1, "the model must have moved for the comparison to mean anything"
 
 

@@ -54,13 +54,21 @@ def storage(data_store: tuple[StorageSpec, Channel]) -> tuple[StorageSpec, Chann
     return prepare_dataset(data_store, "faults", WORKERS)
 
 
-def make_job(storage: StorageSpec, channel: ChannelSpec, *, model: str = "lr", **fields: Any) -> JobSpec:
+def make_job(
+    storage: StorageSpec,
+    channel: ChannelSpec,
+    *,
+    model: str = "lr",
+    workers: int = WORKERS,
+    dataset: str = "faults",
+    **fields: Any,
+) -> JobSpec:
     algorithm = {"name": "ga_sgd", "epochs": 2, "batch_size": 40, "lr": 0.5, **fields.pop("algorithm", {})}
     return parse_job(
         {
             "name": "fault",
-            "workers": WORKERS,
-            "dataset": "faults",
+            "workers": workers,
+            "dataset": dataset,
             "storage": storage.model_dump(),
             "channel": channel.model_dump(),
             "model": {"name": model},
@@ -88,7 +96,9 @@ def assert_no_keys_left(channel: ChannelSpec, job_id: str) -> None:
 DATA_OPERATIONS = ("put_many", "wait_for")
 #: Data operations per round of one rank under each pattern (AllReduce: a put and a wait;
 #: ScatterReduce: the pieces, the wait for mine, my merged chunk, the wait for the others').
-OPERATIONS_PER_ROUND = {"allreduce": 2, "scatter_reduce": 4}
+#: 2-D ScatterReduce on a grid: row pieces, their wait, column pieces, their wait, my merged
+#: chunk, the wait for my column's, my segment, the wait for my row's.
+OPERATIONS_PER_ROUND = {"allreduce": 2, "scatter_reduce": 4, "scatter_reduce_2d": 8}
 ROUNDS_PER_EPOCH = 8  # 960 training rows over 3 workers, batches of 40
 
 
@@ -180,6 +190,40 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     job_id = run_killing(job, channel, victim, at, calls=calls)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
+    assert_no_keys_left(channel, job_id)
+
+
+GRID_WORKERS = 4  # a 2 x 2 grid (the 3 workers above are prime: there the pattern is flat ScatterReduce)
+GRID_ROUNDS_PER_EPOCH = 6  # 960 training rows over 4 workers, batches of 40
+
+
+def grid_job(storage: StorageSpec, channel: ChannelSpec, **fields: Any) -> JobSpec:
+    sync = {"pattern": "scatter_reduce_2d"}
+    return make_job(storage, channel, workers=GRID_WORKERS, dataset="faults-grid", sync=sync, **fields)
+
+
+@pytest.fixture(scope="module")
+def grid_fault_free(data_store: tuple[StorageSpec, Channel], services: Services) -> np.ndarray:
+    spec, store = prepare_dataset(data_store, "faults-grid", GRID_WORKERS)
+    result = run_job(grid_job(spec, channel_spec("redis", services)), results_dir=None)
+    return model(store, result.job_id)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_grid_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
+    seed: int, data_store: tuple[StorageSpec, Channel], services: Services, grid_fault_free: np.ndarray
+) -> None:
+    # The 2-D pattern's sums are deterministic too, so a resumed run gives the same bits.
+    rng = random.Random(200 + seed)
+    spec, store = data_store
+    channel = channel_spec(("redis", "s3")[seed], services)
+    job = grid_job(spec, channel, runtime={"checkpoint_every": rng.choice([2, 3])})
+    calls = (10**9, 7)[seed]  # with continuations in one of the two
+    rounds = 6 if calls == 7 else 2 * GRID_ROUNDS_PER_EPOCH
+    at = rng.randrange(1, rounds * OPERATIONS_PER_ROUND["scatter_reduce_2d"] + 1)
+    job_id = run_killing(job, channel, rng.randrange(GRID_WORKERS), at, calls=calls)
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), grid_fault_free)
     assert_no_keys_left(channel, job_id)
 
 
