@@ -288,14 +288,19 @@ class AlgorithmSpec(_Spec):
 
 class SyncSpec(_Spec):
     protocol: Literal["bsp", "asp", "ssp"] = "bsp"
-    pattern: str = "allreduce"
+    pattern: str = "auto"  # auto: the one the cost model predicts fastest (lambdaml.comm.choice)
     timeout_s: float = Field(120.0, gt=0, le=86_400)  # longest wait for the other workers
     staleness: int = Field(4, ge=0, le=1_000_000)  # ssp: how many pushes a worker may run ahead
 
     @field_validator("pattern")
     @classmethod
     def _known(cls, pattern: str) -> str:
-        return _known_name(catalogue.PATTERNS, "communication pattern", pattern)
+        if pattern == "auto":
+            return pattern
+        try:
+            return _known_name(catalogue.PATTERNS, "communication pattern", pattern)
+        except ValueError as exc:
+            raise ValueError(f"{exc}, or auto") from None
 
 
 class RuntimeSpec(_Spec):

@@ -25,6 +25,7 @@ ENV_CACHE_PORT = "LAMBDAML_CACHE_PORT"
 ENV_CACHE_TLS = "LAMBDAML_CACHE_TLS"
 ENV_WORKER_FUNCTION = "LAMBDAML_WORKER_FUNCTION"  # the coordinator's: the zip worker
 ENV_TORCH_WORKER_FUNCTION = "LAMBDAML_TORCH_WORKER_FUNCTION"  # the coordinator's: the image worker, if deployed
+ENV_PROFILE = "LAMBDAML_PROFILE"  # a calibrated profile that ``sync.pattern: auto`` predicts with (default: AWS's)
 ENV_ARCHITECTURE = "LAMBDAML_ARCHITECTURE"  # x86_64 or arm64: which GB-second price the workers bill at
 
 

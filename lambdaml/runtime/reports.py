@@ -270,6 +270,11 @@ class WorkerReport(Record):
     channel: Traffic
     # On Lambda: one entry per invocation.
     billed: tuple[Invocation, ...] | None = field(default=None, metadata=OPTIONAL)
+    # The collective its rounds ran (``sync.pattern``, or what ``auto`` chose) and the cost
+    # model's prediction of one round of it; None on torch.distributed, or for a channel no
+    # profile knows.
+    pattern: str | None = field(default=None, metadata=OPTIONAL)
+    predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,6 +354,8 @@ class JobResult(Record):
     workers: tuple[WorkerRow, ...]
     cost: dict[str, Any]  # lambdaml.cost's pricing: Lambda and channel, or EC2
     invocations: tuple[int, ...] | None = field(default=None, metadata=OPTIONAL)  # on Lambda: per rank
+    pattern: str | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
+    predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
     # Where save_result wrote the record (the file itself does not say).
     result_path: str | None = field(default=None, metadata=OPTIONAL)
 

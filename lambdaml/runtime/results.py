@@ -119,6 +119,8 @@ def assemble_result(
         test_loss=lead.test_loss,
         workers=workers,
         cost=cost(job, workers, wall_s),
+        pattern=lead.pattern,
+        predicted_round_s=lead.predicted_round_s,
     )
 
 

@@ -24,6 +24,7 @@ from lambdaml.arrays import Array
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.comm.choice import pattern_for
 from lambdaml.config import JobSpec
 from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
@@ -162,13 +163,17 @@ def _run_worker(
     before = position.times or dict.fromkeys(_TIME_KEYS, 0.0)
 
     model = MODELS.get(job.model.name).build(job.model, manifest)
+    initial = model.init_params(job.algorithm.seed)
+    pattern: str | None = None  # torch.distributed's own, on IaaS
+    predicted_round_s: float | None = None
     if comm is None:
+        pattern, predicted_round_s = pattern_for(job, int(initial.nbytes))
         comm = ChannelCommunicator(
             channel or open_channel(job.channel),
             job_id,
             rank,
             job.workers,
-            pattern=job.sync.pattern,
+            pattern=pattern,
             timeout_s=job.sync.timeout_s,
             first_round=position.round,
             # A restarted rank replays the rounds since its last checkpoint: keep them readable.
@@ -177,7 +182,7 @@ def _run_worker(
             secret=secret,
         )
     spec = job.algorithm
-    state = reify(spec, model, comm, model.init_params(spec.seed), job.sync)
+    state = reify(spec, model, comm, initial, job.sync)
     sync = state.sync
     if state.reduces_gradients:
         sync.attach_gradient_sync(model)  # DDP, on IaaS, where the protocol allows it
@@ -307,6 +312,8 @@ def _run_worker(
         ),
         channel=Traffic.measured(final.traffic, comm.round),
         billed=tuple(_invocation(b) for b in final.billed) if on_lambda else None,
+        pattern=pattern,
+        predicted_round_s=predicted_round_s,
     )
 
 
