@@ -113,9 +113,9 @@ def test_scatter_reduce_on_s3_puts_twice_per_worker_per_round(services: Services
             ]
         for rank in range(world):
             puts = (counted[3][rank]["puts"] - counted[1][rank]["puts"]) / 2
-            gets = (counted[3][rank]["gets"] - counted[1][rank]["gets"]) / 2
             assert puts == 2, f"rank {rank} put {puts} values a round"
-            assert gets >= 2 * (world - 1)  # its pieces and the merged chunks, and any polls that missed
+            # Its pieces and the merged chunks each round, and polls that missed (they vary: no difference).
+            assert counted[3][rank]["gets"] >= 3 * 2 * (world - 1)
         header = len(codec.encode(np.zeros(0))) + seal.OVERHEAD
         model = pattern_requests("scatter_reduce", world, d * 8 / world + header, packed=packs_pieces("s3"))
         assert model.puts / world == 2 and model.gets / world == 2 * (world - 1)
