@@ -3,8 +3,10 @@ issues them, 2-D ScatterReduce as ``lambdaml/comm/grid.py`` does, and torch.dist
 all-reduce on EC2.
 
 AllReduce has non-aggregators put once and get once while the aggregator gets W-1 values and
-puts one; ScatterReduce has every worker issue 3W-2 requests of about m/W; 2-D ScatterReduce
-on an r x c grid 3(r + c) - 4, 2c - 1 of about m/c and 2r - 1 of about m/W.
+puts one; ScatterReduce has every worker issue 3W-2 requests of about m/W, or, where the
+channel reads ranges natively (S3), 2 puts (its pieces packed in one value, its merged chunk)
+and 2(W-1) ranged and plain gets; 2-D ScatterReduce on an r x c grid 3(r + c) - 4, 2c - 1 of
+about m/c and 2r - 1 of about m/W.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
 #: groups of r and c (``ChannelPerf`` gives it ScatterReduce's figures).
 CALIBRATED_PATTERNS = ("allreduce", "scatter_reduce")
 _FIXED_POINT_STEPS = 8
+# The model stays pure Python (no numpy, so not the channels or the codec): these mirror
+# ``Channel.ranged_reads`` and ``lambdaml.codec.packed_index_bytes``, and a unit test holds them equal.
+RANGED_READ_CHANNELS = frozenset({"s3"})
+
+
+def packed_index_bytes(slots: int) -> int:
+    """A packed value's index: a 16-byte header and 16 bytes a slot."""
+    return 16 + 16 * slots
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,15 @@ def _cleanup(workers: int) -> Requests:
     return Requests(deletes=workers)
 
 
-def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int = 1) -> Requests:
+def packs_pieces(kind: str) -> bool:
+    """Whether ScatterReduce packs each rank's pieces into one value on this channel: as
+    ``Round.packs`` decides, where the channel reads ranges natively."""
+    return kind in RANGED_READ_CHANNELS
+
+
+def pattern_requests(
+    pattern: str, workers: int, value_bytes: float, items: int = 1, *, packed: bool = False
+) -> Requests:
     """The data requests and bytes of one round over all workers, as ``lambdaml/comm/patterns.py`` issues them.
 
     AllReduce: every non-aggregator puts its vector and gets the merged one; the aggregator
@@ -106,6 +124,13 @@ def pattern_requests(pattern: str, workers: int, value_bytes: float, items: int 
             gets=2 * (w - 1) * items,
             bytes_sent=w * value_bytes,
             bytes_received=2 * (w - 1) * value_bytes,
+        )
+    if pattern == "scatter_reduce" and packed:
+        return Requests(
+            puts=2 * w * items,
+            gets=2 * w * (w - 1) * items,
+            bytes_sent=w * w * value_bytes + w * packed_index_bytes(w - 1),
+            bytes_received=2 * w * (w - 1) * value_bytes,
         )
     if pattern == "scatter_reduce":
         return Requests(
@@ -201,7 +226,11 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
 
 def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
     slowdown = channel.slowdown("scatter_reduce")
-    scatter = phase_s(channel, "put", w, w - 1, piece, slowdown)
+    packed = packs_pieces(channel.kind)
+    if packed:  # one value of the W-1 pieces and their index
+        scatter = phase_s(channel, "put", w, 1, (w - 1) * piece + packed_index_bytes(w - 1), slowdown)
+    else:
+        scatter = phase_s(channel, "put", w, w - 1, piece, slowdown)
     gather_pieces = phase_s(channel, "get", w, w - 1, piece, slowdown)
     reduce_ = (w - 1) * piece / add_Bps
     put_merged = phase_s(channel, "put", w, 1, piece, slowdown)
@@ -215,11 +244,13 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     late = max(late, straggle)
     chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + 2 * late
     misses = 2 * w * misses_per_wait
-    requests = pattern_requests("scatter_reduce", w, piece, items) + Requests(gets=misses * _still_missing(w - 1))
+    requests = pattern_requests("scatter_reduce", w, piece, items, packed=packed) + Requests(
+        gets=misses * _still_missing(w - 1)
+    )
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + misses * channel.round_trips(
         "get", _still_missing(w - 1)
     )
-    put_trips = w * (channel.round_trips("put", (w - 1) * items) + items)
+    put_trips = w * ((items if packed else channel.round_trips("put", (w - 1) * items)) + items)
     busy = _store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "scatter": scatter,

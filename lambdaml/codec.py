@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,11 @@ def encode(array: Array) -> bytes:
     crc = zlib.crc32(payload, zlib.crc32(shape, zlib.crc32(head)))
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), crc, 0)
     return b"".join((head, shape, payload))
+
+
+def encoded_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """The length of ``encode`` of an array of this shape and dtype (without encoding it)."""
+    return _HEADER.size + 8 * len(shape) + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def decode(
@@ -173,4 +178,62 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
         out[name] = decode(tensor, what=f"{what} entry {name!r}")
     if offset != len(view):
         raise CodecError(f"{what} has {len(view) - offset} unexpected trailing bytes")
+    return out
+
+
+# A packed value is several byte strings in one value, each readable on its own with a ranged
+# read: a fixed-size index (its size depends only on the slot count, so a reader fetches it
+# without knowing the values), then the values, each 8-byte aligned. The values carry their own
+# checks (a sealed piece is bound to its own key); the index carries a CRC of itself.
+PACKED_MAGIC = b"LMLP"
+_PACKED_HEADER = struct.Struct("<4sBxxxII")  # magic, version, slot count, crc32 of the slot table
+_SLOT = struct.Struct("<QQ")  # offset, length
+
+
+def packed_index_bytes(slots: int) -> int:
+    """Size of a packed value's index: where its first value starts."""
+    return _PACKED_HEADER.size + slots * _SLOT.size
+
+
+def packed_slots(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Where values of these lengths lie in a packed value: ``(start, stop)`` of each, in order."""
+    slots: list[tuple[int, int]] = []
+    offset = packed_index_bytes(len(lengths))
+    for length in lengths:
+        slots.append((offset, offset + length))
+        offset += length + _pad8(length)
+    return slots
+
+
+def encode_packed(values: Sequence[bytes]) -> bytes:
+    """Pack byte strings into one value; ``packed_slots`` of their lengths says where each lies."""
+    slots = packed_slots([len(v) for v in values])
+    table = b"".join(_SLOT.pack(start, stop - start) for start, stop in slots)
+    parts = [_PACKED_HEADER.pack(PACKED_MAGIC, VERSION, len(values), zlib.crc32(table)), table]
+    for value in values:
+        parts += (value, b"\0" * _pad8(len(value)))
+    return b"".join(parts)
+
+
+def decode_packed_index(
+    data: bytes | bytearray | memoryview, slots: int, *, what: str = "packed value"
+) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` of every value from a packed value's first ``packed_index_bytes(slots)`` bytes."""
+    view = memoryview(data).cast("B")
+    if len(view) != packed_index_bytes(slots):
+        raise CodecError(f"{what} index is truncated: {len(view)} bytes, expected {packed_index_bytes(slots)}")
+    magic, version, count, crc = _PACKED_HEADER.unpack_from(view)
+    if magic != PACKED_MAGIC:
+        raise CodecError(f"{what} is not a LambdaML packed value (bad magic {bytes(magic)!r})")
+    if version != VERSION:
+        raise CodecError(f"{what} has packed format version {version}; this build reads {VERSION}")
+    if count != slots:
+        raise CodecError(f"{what} holds {count} values, expected {slots}")
+    table = view[_PACKED_HEADER.size :]
+    if zlib.crc32(table) != crc:
+        raise CodecError(f"{what} is corrupt: index checksum mismatch")
+    out = []
+    for i in range(slots):
+        start, length = _SLOT.unpack_from(table, i * _SLOT.size)
+        out.append((start, start + length))
     return out

@@ -1,10 +1,10 @@
 """The Channel: a small abstract storage core with a rich layer written once on top.
 
 A backend implements ``_put``, ``_get``, ``_list`` and ``_delete`` (plus, where it has
-them, batch reads and writes). Everything else lives here, once: chunking of
+them, batch reads and writes and ranged reads). Everything else lives here, once: chunking of
 values over the backend's item limit, paginated listing without chunk parts, concurrent
-multi-gets, bounded waits with backoff, retries of transient failures, prefix clearing,
-and request/byte accounting.
+multi-gets, ranged reads and packed values, bounded waits with backoff, retries of transient
+failures, prefix clearing, and request/byte accounting.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from lambdaml import codec
 from lambdaml import keys as K
 from lambdaml.errors import ChannelError, ChannelUnreachable, KeyNotFound, SyncTimeout, TransientChannelError
 
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 T = TypeVar("T")
+W = TypeVar("W")
+
+#: ``(key, start, stop)``: bytes ``start`` to ``stop`` (exclusive) of the value at ``key``.
+Range = tuple[str, int, int]
 
 # A chunked value is stored as its parts plus, at the logical key, this small manifest.
 # Tensors start with b"LMLT" and JSON with "{", so a real value never starts with it.
@@ -47,6 +52,12 @@ def _common_prefix(strings: Sequence[str]) -> str:
     lo, hi = min(strings), max(strings)
     size = next((i for i, (a, b) in enumerate(zip(lo, hi, strict=False)) if a != b), min(len(lo), len(hi)))
     return lo[:size]
+
+
+def _slice(channel: Channel, key: str, value: bytes, start: int, stop: int) -> bytes:
+    if stop > len(value):
+        raise ChannelError(f"{channel.kind}: range {start}:{stop} of {key} runs past the end of its {len(value)} bytes")
+    return value[start:stop]
 
 
 @dataclass
@@ -87,6 +98,22 @@ class ChannelStats:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """One value inside a packed value (``Channel.put_packed``): slot ``slot`` of the ``slots`` at
+    ``packed``, known by its own ``key`` (the key it is sealed under on a sealed channel).
+
+    ``lengths``: every slot's length, where the reader knows them (a fixed-size encoding): then
+    one ranged read finds the piece; without them the packed value's index is read first.
+    """
+
+    packed: str
+    key: str
+    slot: int
+    slots: int
+    lengths: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Backoff:
     """Polling schedule for bounded waits: start small so a round is not floored by the poll."""
 
@@ -117,6 +144,9 @@ class Channel(ABC):
     #: 1: every value is its own request. Batches still go out concurrently.
     put_batch: int = 1
     put_batch_bytes: int = 1 << 20
+    #: Whether the backend reads part of a value in one request (``_get_range``: S3's HTTP Range).
+    #: Without it a ranged read fetches the whole value and slices it: correct, never cheaper.
+    ranged_reads: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.stats = ChannelStats()
@@ -144,6 +174,12 @@ class Channel(ABC):
     @abstractmethod
     def _delete(self, keys: Sequence[str]) -> None:
         """Delete the keys (at most 1,000 per call); missing keys are not an error."""
+
+    def _get_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``start:stop`` (0 <= start < stop) of the stored value in one request, or raise KeyNotFound,
+        or a ChannelError naming the value's size if the range runs past its end. Only backends
+        with ``ranged_reads`` implement it."""
+        raise ChannelError(f"the {self.kind} channel has no ranged reads")
 
     def _put_new(self, key: str, data: bytes) -> bool:
         """Store ``data`` only if ``key`` is absent, atomically; False if it exists. For claims (job ids)."""
@@ -297,6 +333,90 @@ class Channel(ABC):
         self.stats.add(gets=len(keys), bytes_received=sum(len(v) for v in found.values()))
         return {k: self._assemble(k, v) for k, v in found.items()}
 
+    @property
+    def native_ranges(self) -> bool:
+        """Whether a ranged read is one request for just its bytes (never so where values may be chunked)."""
+        return self.ranged_reads and self.max_item_bytes is None
+
+    def get_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``start:stop`` of the value at ``key``; raises KeyNotFound, or ChannelError past its end."""
+        found = self.get_ranges([(key, start, stop)])
+        if (key, start, stop) not in found:
+            raise KeyNotFound(f"{self.describe()}: {key} not found")
+        return found[(key, start, stop)]
+
+    def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
+        """Several ranged reads concurrently; ranges of missing keys are left out.
+
+        Natively one request per range; otherwise one read of each value, sliced (the same
+        bytes, and the same errors, either way).
+        """
+        wanted = list(dict.fromkeys(ranges))
+        for key, start, stop in wanted:
+            if not 0 <= start < stop:
+                raise ValueError(f"invalid range {start}:{stop} of {key}: need 0 <= start < stop")
+        if not wanted:
+            return {}
+        if not self.native_ranges:
+            values = self.get_many(list(dict.fromkeys(key for key, _, _ in wanted)))
+            out: dict[Range, bytes] = {}
+            for key, start, stop in wanted:
+                if key in values:
+                    out[(key, start, stop)] = _slice(self, key, values[key], start, stop)
+            return out
+
+        def one(wanted_range: Range) -> tuple[Range, bytes | None]:
+            try:
+                return wanted_range, self._retry(self._get_range, *wanted_range)
+            except KeyNotFound:
+                return wanted_range, None
+
+        found = {r: v for r, v in self._map(one, wanted) if v is not None}
+        self.stats.add(gets=len(wanted), bytes_received=sum(len(v) for v in found.values()))
+        return found
+
+    def wait_for_ranges(
+        self, ranges: Sequence[Range], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[Range, bytes]:
+        """``wait_for`` of ranged reads: until every range's value exists; raises SyncTimeout."""
+        return self._wait(list(dict.fromkeys(ranges)), self.get_ranges, timeout, backoff, lambda r: r[0])
+
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> list[str]:
+        """Store several values as one value at ``key`` (one write instead of one each), every one
+        readable on its own by ``wait_for_packed``; returns the keys stored, as ``put`` does.
+
+        The piece keys name the values (a sealed channel binds each to its own); slot i holds
+        ``pieces[i]``.
+        """
+        return self.put(key, codec.encode_packed([bytes(data) for _, data in pieces]))
+
+    def wait_for_packed(
+        self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, bytes]:
+        """The values of ``pieces`` by piece key, once their packed values exist; raises SyncTimeout.
+
+        A piece whose slot lengths the reader knows costs one ranged read; any other, two (its
+        packed value's fixed-size index, then the piece).
+        """
+        deadline = time.monotonic() + timeout
+        where: dict[Piece, Range] = {}
+        unknown = [p for p in pieces if p.lengths is None]
+        if unknown:
+            heads = {p: (p.packed, 0, codec.packed_index_bytes(p.slots)) for p in unknown}
+            index = self.wait_for_ranges(list(heads.values()), timeout, backoff=backoff)
+            for p, head in heads.items():
+                start, stop = codec.decode_packed_index(index[head], p.slots, what=p.packed)[p.slot]
+                where[p] = (p.packed, start, stop)
+        for p in pieces:
+            if p.lengths is not None:
+                if len(p.lengths) != p.slots:
+                    raise ValueError(f"{p.key}: {len(p.lengths)} lengths for {p.slots} slots")
+                where[p] = (p.packed, *codec.packed_slots(p.lengths)[p.slot])
+        # An empty piece is read as the packed value's first byte: there is no empty ranged read.
+        reads = {p: r if r[2] > r[1] else (p.packed, 0, 1) for p, r in where.items()}
+        found = self.wait_for_ranges(list(reads.values()), max(deadline - time.monotonic(), 0.0), backoff=backoff)
+        return {p.key: found[reads[p]] if where[p][2] > where[p][1] else b"" for p in pieces}
+
     def _assemble(self, key: str, raw: bytes) -> bytes:
         if not raw.startswith(_CHUNK_MAGIC) or len(raw) != _CHUNK_MANIFEST.size:
             return raw
@@ -321,14 +441,25 @@ class Channel(ABC):
         Polls only the keys still missing, with a backoff that starts at half a
         millisecond, so a round costs about what its transfers cost.
         """
-        pending = list(dict.fromkeys(keys))
-        found: dict[str, bytes] = {}
+        return self._wait(list(dict.fromkeys(keys)), self.get_many, timeout, backoff, lambda k: k)
+
+    def _wait(
+        self,
+        pending: list[W],
+        fetch: Callable[[list[W]], dict[W, bytes]],
+        timeout: float,
+        backoff: Backoff | None,
+        name: Callable[[W], str],
+    ) -> dict[W, bytes]:
+        """Poll ``fetch`` for the items still missing until all are found, within ``timeout``."""
+        wanted = len(pending)
+        found: dict[W, bytes] = {}
         started = time.monotonic()
         deadline = started + timeout
         delays = iter((backoff or Backoff()).delays())
         while True:
             poll_started = time.monotonic()
-            found.update(self.get_many(pending))
+            found.update(fetch(pending))
             pending = [k for k in pending if k not in found]
             if not pending:
                 # Everything before the poll that completed the set was spent waiting on others.
@@ -339,7 +470,7 @@ class Channel(ABC):
                 self.stats.add(wait_s=time.monotonic() - started)
                 raise SyncTimeout(
                     f"timed out after {timeout:g}s on the {self.describe()} channel waiting for "
-                    f"{len(pending)} of {len(keys)} keys (first: {pending[0]})"
+                    f"{len(pending)} of {wanted} keys (first: {name(pending[0])})"
                 )
             time.sleep(min(next(delays), remaining))
 

@@ -27,6 +27,7 @@ class S3Channel(Channel):
     """Values as objects in one bucket; listings paginate, deletes go 1,000 keys a request."""
 
     kind = "s3"
+    ranged_reads = True  # HTTP Range: a GET of part of an object costs what any GET costs
 
     def __init__(self, client: Any, bucket: str) -> None:
         super().__init__()
@@ -80,6 +81,25 @@ class S3Channel(Channel):
             body: bytes = response["Body"].read()
         except (ClientError, BotoCoreError, ConnectionError) as exc:
             raise self._error(exc, f"get {key}", key) from exc
+        return body
+
+    def _get_range(self, key: str, start: int, stop: int) -> bytes:
+        what = f"get {key} bytes {start}:{stop}"
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{stop - 1}")
+            body: bytes = response["Body"].read()
+        except ClientError as exc:
+            if error_code(exc) == "InvalidRange" or status_code(exc) == 416:  # starts at or past the end
+                raise ChannelError(f"s3: range {start}:{stop} of {key} starts past the end of the object") from exc
+            raise self._error(exc, what, key) from exc
+        except (BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, what, key) from exc
+        if len(body) != stop - start:
+            # S3 serves what there is of a range that ends past the object; anything else is a cut-off body.
+            size = str(response.get("ContentRange", "")).rpartition("/")[2]
+            if size.isdigit() and int(size) >= stop:
+                raise TransientChannelError(f"s3 {what}: the body was cut off at {len(body)} bytes")
+            raise ChannelError(f"s3: range {start}:{stop} of {key} runs past the end of its {size or '?'} bytes")
         return body
 
     def _list(self, prefix: str) -> Iterable[str]:

@@ -4,14 +4,19 @@ The communicator wraps the job's channel in one, so every collective, ring excha
 ASP update and barrier marker is bound to its key without any of them knowing: a value
 read from the wrong place fails to open instead of training on. Chunking, retries and
 accounting stay the wrapped channel's; the stats are the wrapped channel's own object.
+
+A packed value is not sealed as a whole (a ranged read could not check a seal over all of
+it): each of its pieces is sealed under its own piece key, so every reader opens and checks
+exactly the piece it reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
-from lambdaml.channels.base import Backoff, Channel
-from lambdaml.seal import Sealer
+from lambdaml.channels.base import Backoff, Channel, Piece, Range
+from lambdaml.seal import OVERHEAD, Sealer
 
 
 class SealedChannel(Channel):
@@ -24,6 +29,11 @@ class SealedChannel(Channel):
         self.kind = inner.kind  # type: ignore[misc]  # an instance mirrors the wrapped channel's kind
         self.stats = inner.stats
         self.max_item_bytes = inner.max_item_bytes
+        self.ranged_reads = inner.ranged_reads  # type: ignore[misc]  # as ``kind``
+
+    @property
+    def native_ranges(self) -> bool:
+        return self.inner.native_ranges
 
     def describe(self) -> str:
         return self.inner.describe()
@@ -40,6 +50,9 @@ class SealedChannel(Channel):
 
     def _delete(self, keys: Sequence[str]) -> None:
         self.inner._delete(keys)
+
+    def _get_range(self, key: str, start: int, stop: int) -> bytes:
+        return self.inner._get_range(key, start, stop)
 
     def _list_raw(self, prefix: str) -> Sequence[str]:
         return self.inner._list_raw(prefix)
@@ -59,6 +72,22 @@ class SealedChannel(Channel):
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         found = self.inner.wait_for(keys, timeout, backoff=backoff)
+        return {key: self.sealer.open(key, raw) for key, raw in found.items()}
+
+    # Ranges are raw bytes (part of a sealed value is no value to open); packed pieces are opened.
+    def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
+        return self.inner.get_ranges(ranges)
+
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> list[str]:
+        return self.inner.put_packed(key, [(name, self.sealer.seal(name, bytes(data))) for name, data in pieces])
+
+    def wait_for_packed(
+        self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, bytes]:
+        sealed = [
+            p if p.lengths is None else replace(p, lengths=tuple(n + OVERHEAD for n in p.lengths)) for p in pieces
+        ]
+        found = self.inner.wait_for_packed(sealed, timeout, backoff=backoff)
         return {key: self.sealer.open(key, raw) for key, raw in found.items()}
 
     def delete(self, keys: Sequence[str]) -> None:

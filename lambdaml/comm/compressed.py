@@ -125,6 +125,9 @@ class _CompressingCodec:
         payload, _ = self.state.compress_piece(chunk, values, self.number)
         return _bundle(payload, self.exact if chunk == 0 else None)
 
+    def piece_bytes(self, chunk: int, like: Array) -> int | None:
+        return None  # a compressed payload's length depends on its values (and the exact extras ride in chunk 0)
+
     def own_piece(self, chunk: int, values: Array) -> Array:
         _, q = self.state.compress_piece(chunk, values, self.number)
         if chunk == 0 and self.exact is not None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from lambdaml.channels import Channel
+from lambdaml.channels.base import Piece
 
 
 class KeyBuilder(Protocol):
@@ -59,6 +60,20 @@ class Round:
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         """Store values concurrently, each sealed under its key, and remember them for retirement."""
         self._written.extend(self._channel.put_many(items))
+
+    @property
+    def packs(self) -> bool:
+        """Whether one rank's values for several readers go out as one packed value, each reader
+        ranged-reading its own: on a channel with native ranged reads, where writes cost most (S3)."""
+        return self._channel.native_ranges
+
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> None:
+        """Store the pieces as one value at ``key``, each sealed under its own key, and remember it."""
+        self._written.extend(self._channel.put_packed(key, pieces))
+
+    def wait_for_packed(self, pieces: Sequence[Piece]) -> dict[str, bytes]:
+        """The pieces by their keys, once their packed values exist (bounded, opened and checked)."""
+        return self._channel.wait_for_packed(pieces, self._timeout_s)
 
     def wait_for(self, keys: Sequence[str]) -> dict[str, bytes]:
         """The values of ``keys``, once all exist (bounded by the job's timeout; opened and checked)."""

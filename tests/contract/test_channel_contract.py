@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from lambdaml import codec
 from lambdaml import keys as K
 from lambdaml.channels import Channel
+from lambdaml.channels.base import Piece
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
 
 pytestmark = pytest.mark.timeout(120)
@@ -218,3 +220,54 @@ def test_stats_count_requests_and_bytes(channel: Channel, prefix: str) -> None:
     assert after["puts"] - before["puts"] >= 1
     assert after["gets"] - before["gets"] >= 1
     assert after["requests"] > before["requests"]
+
+
+def test_get_range_native_and_default_read_the_same_bytes(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, large_key = prefix + "ranged", prefix + "ranged-large"
+    value, large = os.urandom(3000), os.urandom(1_200_000)  # the large one is chunked where items are small
+    channel.put_many([(key, value), (large_key, large)])
+    ranges = [(key, 0, 1), (key, 100, 3000), (key, 2990, 3000), (large_key, 1_000_000, 1_100_000)]
+    missing = (prefix + "never-written", 0, 5)
+
+    def read() -> tuple[dict[tuple[str, int, int], bytes], int]:
+        before = channel.stats.gets
+        found = channel.get_ranges([*ranges, missing])
+        return found, channel.stats.gets - before
+
+    native, native_gets = read()
+    assert native == {(k, a, b): (large if k == large_key else value)[a:b] for k, a, b in ranges}
+    assert channel.get_range(key, 7, 9) == value[7:9]
+    if channel.native_ranges:  # one request a range, for just its bytes
+        assert native_gets == len(ranges) + 1
+    native_kind = channel.ranged_reads
+    monkeypatch.setattr(channel, "ranged_reads", False)
+    default, _ = read()
+    assert default == native
+    for ranged in (native_kind, False):  # past the end, natively or not, is one clear error
+        monkeypatch.setattr(channel, "ranged_reads", ranged)
+        for start, stop in ((2990, 3001), (3000, 3010)):
+            with pytest.raises(ChannelError, match="past the end"):
+                channel.get_range(key, start, stop)
+        with pytest.raises(KeyNotFound):
+            channel.get_range(*missing)
+        with pytest.raises(ValueError, match="start < stop"):
+            channel.get_range(key, 5, 5)
+
+
+def test_packed_values_are_read_piece_by_piece(channel: Channel, prefix: str) -> None:
+    key = prefix + "packed"
+    pieces = [(f"{prefix}piece/{i}", os.urandom(n)) for i, n in enumerate((5, 0, 64, 1001))]
+    before = channel.stats.puts
+    stored = channel.put_packed(key, pieces)
+    assert channel.stats.puts - before == 1 and stored == [key]
+    lengths = tuple(len(data) for _, data in pieces)
+    for known in (lengths, None):  # with the lengths: no index read
+        wanted = [Piece(key, name, i, len(pieces), known) for i, (name, _) in enumerate(pieces)]
+        assert channel.wait_for_packed(wanted, timeout=5) == dict(pieces)
+    # The index holds itself, then every piece 8-byte aligned after it.
+    head = channel.get_range(key, 0, codec.packed_index_bytes(len(pieces)))
+    assert codec.decode_packed_index(head, len(pieces)) == codec.packed_slots(lengths)
+    with pytest.raises(SyncTimeout):
+        channel.wait_for_packed([Piece(prefix + "absent", "x", 0, 1)], timeout=0.05)

@@ -7,14 +7,17 @@ nothing on the channel after ``finish()``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from lambdaml import keys
+from analytic_model.collectives import packs_pieces, pattern_requests
+from lambdaml import codec, keys, seal
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.errors import LambdaMLError
 from tests.helpers import Services, channel_spec, unique_name
 
 WORKERS = 4
@@ -101,3 +104,118 @@ def test_scatter_reduce_2d_is_the_flat_sum_on_every_rank_and_run(services: Servi
     finally:
         for channel in channels:
             channel.close()
+
+
+def run_world(
+    channels: list[Channel], inputs: list[list[np.ndarray]], job_id: str, timeout_s: float = 60.0
+) -> list[list[np.ndarray | BaseException]]:
+    """ScatterReduce over ``len(channels)`` ranks; per rank its results, or the error it stopped with."""
+    world = len(channels)
+
+    def worker(rank: int) -> list[np.ndarray | BaseException]:
+        comm = ChannelCommunicator(channels[rank], job_id, rank, world, pattern="scatter_reduce", timeout_s=timeout_s)
+        try:
+            out: list[np.ndarray | BaseException] = [comm.allreduce(xs[rank]) for xs in inputs]
+            comm.finish()
+        except Exception as exc:
+            return [exc]
+        return out
+
+    with ThreadPoolExecutor(world) as pool:
+        return list(pool.map(worker, range(world)))
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_scatter_reduce_on_s3_puts_twice_per_worker_per_round(services: Services, world: int) -> None:
+    """One packed value of the W-1 pieces and one merged chunk per worker per round, the same sum
+    bit for bit as the flat layout, and the request counts the analytic model prices."""
+    spec = channel_spec("s3", services)
+    channels = [open_channel(spec) for _ in range(world)]
+    channels[0].ensure()
+    d = 1003  # chunks of unequal lengths
+    rng = np.random.default_rng(3)
+    inputs = [[(rng.standard_normal(d) * 10.0 ** rng.integers(-4, 5, size=d)) for _ in range(world)] for _ in range(3)]
+    try:
+        counted: dict[int, list[dict[str, int]]] = {}
+        for rounds in (1, 3):
+            before = [c.stats.as_dict() for c in channels]
+            results = run_world(channels, inputs[:rounds], unique_name("packed"))
+            counted[rounds] = [
+                {k: c.stats.as_dict()[k] - b[k] for k in ("puts", "gets")}
+                for c, b in zip(channels, before, strict=True)
+            ]
+        for rank in range(world):
+            puts = (counted[3][rank]["puts"] - counted[1][rank]["puts"]) / 2
+            assert puts == 2, f"rank {rank} put {puts} values a round"
+            # Its pieces and the merged chunks each round, and polls that missed (they vary: no difference).
+            assert counted[3][rank]["gets"] >= 3 * 2 * (world - 1)
+        header = len(codec.encode(np.zeros(0))) + seal.OVERHEAD
+        model = pattern_requests("scatter_reduce", world, d * 8 / world + header, packed=packs_pieces("s3"))
+        assert model.puts / world == 2 and model.gets / world == 2 * (world - 1)
+
+        for channel in channels:  # the flat layout: W puts a worker
+            channel.ranged_reads = False  # type: ignore[misc]
+        flat = run_world(channels, inputs, unique_name("flat"))
+        for i, xs in enumerate(inputs):
+            expected = xs[0].copy()
+            for x in xs[1:]:
+                expected += x
+            for rank in range(world):
+                packed_sum, flat_sum = results[rank][i], flat[rank][i]
+                assert isinstance(packed_sum, np.ndarray) and np.array_equal(packed_sum, expected)
+                assert isinstance(flat_sum, np.ndarray) and np.array_equal(flat_sum, expected)
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def _tamper_with_rank_1s_packed_value(channel: Channel, tamper: Callable[[bytes], bytes]) -> None:
+    """Where rank 1 writes its packed pieces of round 1, the store gets ``tamper`` of them."""
+    put_many = channel.put_many
+
+    def tampering(items: Sequence[tuple[str, bytes]]) -> list[str]:
+        out = []
+        for key, data in items:
+            parsed = keys.parse_comm_key(key)
+            if parsed.tag == "sr" and parsed.rank == 1 and parsed.chunk is None and parsed.round == 1:
+                data = tamper(bytes(data))
+            out.append((key, data))
+        return put_many(out)
+
+    channel.put_many = tampering  # type: ignore[method-assign]
+
+
+def _swap_the_first_two_pieces(packed: bytes) -> bytes:
+    (a0, a1), (b0, b1) = codec.decode_packed_index(packed[: codec.packed_index_bytes(WORKERS - 1)], WORKERS - 1)[:2]
+    assert a1 - a0 == b1 - b0
+    return packed[:a0] + packed[b0:b1] + packed[a1:b0] + packed[a0:a1] + packed[b1:]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "victim", "refusal"),
+    [
+        (_swap_the_first_two_pieces, 0, "written under another key"),  # chunk 2's piece where chunk 0's lies
+        (lambda packed: packed[:-100], 3, "runs past the end"),  # the last piece cut short
+    ],
+    ids=["swapped", "truncated"],
+)
+def test_a_misplaced_or_truncated_piece_of_a_packed_value_is_refused(
+    services: Services, tamper: Callable[[bytes], bytes], victim: int, refusal: str
+) -> None:
+    spec = channel_spec("s3", services)
+    channels = [open_channel(spec) for _ in range(WORKERS)]
+    channels[0].ensure()
+    _tamper_with_rank_1s_packed_value(channels[1], tamper)
+    rng = np.random.default_rng(5)
+    inputs = [[rng.standard_normal(400) for _ in range(WORKERS)] for _ in range(2)]
+    job_id = unique_name("tampered")
+    try:
+        results = run_world(channels, inputs, job_id, timeout_s=3.0)
+    finally:
+        for channel in channels:
+            channel.close()
+    error = results[victim][0]
+    assert isinstance(error, LambdaMLError), error
+    piece = keys.comm_key(job_id, 1, "sr", rank=1, chunk=victim)
+    packed = keys.comm_key(job_id, 1, "sr", rank=1)
+    assert refusal in str(error) and (piece in str(error) or packed in str(error)), error

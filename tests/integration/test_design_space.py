@@ -158,6 +158,20 @@ def test_scatter_reduce_2d_equals_scatter_reduce_on_the_same_job(
     assert np.max(np.abs(models[0])) > 0.1, "the model must have moved for the comparison to mean anything"
 
 
+def test_scatter_reduce_on_s3_packed_trains_the_model_of_the_flat_layout(
+    services: Services, store: tuple[StorageSpec, Channel]
+) -> None:
+    """S3 packs each worker's pieces into one value (ranged reads); Redis puts them one by one."""
+    storage, data = store
+    job = {"sync": {"pattern": "scatter_reduce"}}
+    packed, flat = (
+        model_of(data, run_job(job_for(storage, channel_spec(kind, services), "ga_sgd", **job), results_dir=None))
+        for kind in ("s3", "redis")
+    )
+    assert np.max(np.abs(packed - flat)) <= 1e-6 * np.max(np.abs(flat))
+    assert np.max(np.abs(flat)) > 0.1, "the model must have moved for the comparison to mean anything"
+
+
 def test_bsp_kmeans_matches_single_process_lloyd(services: Services, store: tuple[StorageSpec, Channel]) -> None:
     storage, data = store
     job = job_for(storage, channel_spec("s3", services), "kmeans", algorithm={"epochs": 6, "seed": 3})

@@ -93,9 +93,10 @@ def assert_no_keys_left(channel: ChannelSpec, job_id: str) -> None:
 
 #: A worker's data operations: every write, and every wait for other ranks' values. Their
 #: sequence is fixed by the job (polls are not counted: how many a wait takes depends on timing).
-DATA_OPERATIONS = ("put_many", "wait_for")
+DATA_OPERATIONS = ("put_many", "wait_for", "wait_for_packed")
 #: Data operations per round of one rank under each pattern (AllReduce: a put and a wait;
-#: ScatterReduce: the pieces, the wait for mine, my merged chunk, the wait for the others').
+#: ScatterReduce: the pieces, the wait for mine, my merged chunk, the wait for the others'; on S3
+#: the pieces are one packed value and the wait for mine ranged-reads it).
 #: 2-D ScatterReduce on a grid: row pieces, their wait, column pieces, their wait, my merged
 #: chunk, the wait for my column's, my segment, the wait for my row's.
 OPERATIONS_PER_ROUND = {"allreduce": 2, "scatter_reduce": 4, "scatter_reduce_2d": 8}
@@ -135,7 +136,7 @@ def kill_after(channel: Channel, operations: int, killed: list[int]) -> None:
 
     for name in DATA_OPERATIONS:
         setattr(channel, name, counted(getattr(channel, name)))
-    for name in ("_put", "_put_batch", "_get", "_get_many", "_list", "_delete"):
+    for name in ("_put", "_put_batch", "_get", "_get_many", "_get_range", "_list", "_delete"):
         setattr(channel, name, request(getattr(channel, name)))
 
 

@@ -13,7 +13,12 @@ import pytest
 
 from analytic_model import Workload, advise, aws_profile, load_profile, pareto_front, predict_faas, predict_iaas
 from analytic_model.advisor import epochs_to_target, parse_bytes
-from analytic_model.collectives import collective, pattern_requests
+from analytic_model.collectives import (
+    RANGED_READ_CHANNELS,
+    collective,
+    packed_index_bytes,
+    pattern_requests,
+)
 from analytic_model.compute import faas_speed, lambda_vcpus
 from analytic_model.prediction import Prediction
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
@@ -26,7 +31,7 @@ from lambdaml.channels.base import Backoff
 from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
 from lambdaml.channels.dynamodb import GET_BATCH
 from lambdaml.channels.memory import MemoryChannel
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ChannelError, ConfigError
 from tests.unit.test_patterns import MemoryView, make_inputs, run_world
 
 HIGGS = Workload("lr", dataset_bytes=1e9, samples=1_000_000, features=28, algorithm="admm", epochs=10)
@@ -127,15 +132,36 @@ def test_polling_follows_the_backoff_schedule() -> None:
     assert polling.wait(0.010, Poll(0.006, 0.005))[1] < polling.wait(0.010, Poll(0.006, 0.003))[1]
 
 
-@pytest.mark.parametrize("pattern", ["allreduce", "scatter_reduce"])
+class RangedMemoryView(MemoryView):
+    """A worker's client of a shared in-memory store that reads ranges natively, as S3 does."""
+
+    ranged_reads = True
+
+    def _get_range(self, key: str, start: int, stop: int) -> bytes:
+        value = self._get(key)
+        if stop > len(value):
+            raise ChannelError(f"range {start}:{stop} of {key} runs past the end of its {len(value)} bytes")
+        with self._hits_lock:
+            self.hits += 1
+        return value[start:stop]
+
+
+def test_the_model_mirrors_the_channels_ranged_reads_and_the_packed_index() -> None:
+    assert {kind for kind in CHANNELS if CHANNELS.get(kind).ranged_reads} == RANGED_READ_CHANNELS
+    assert all(packed_index_bytes(n) == codec.packed_index_bytes(n) for n in range(10))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "packed"), [("allreduce", False), ("scatter_reduce", False), ("scatter_reduce", True)]
+)
 @pytest.mark.parametrize("world", [2, 3, 5])
-def test_request_counts_and_bytes_match_the_patterns(pattern: str, world: int) -> None:
+def test_request_counts_and_bytes_match_the_patterns(pattern: str, packed: bool, world: int) -> None:
     """Per round, the real collective puts and reads exactly what the model counts (misses aside)."""
     d = 1000
     stats: dict[int, dict[str, float]] = {}
     for rounds in (1, 3):
         store = MemoryChannel()
-        views = [MemoryView(store) for _ in range(world)]
+        views = [(RangedMemoryView if packed else MemoryView)(store) for _ in range(world)]
         run_world(views, make_inputs(world, d, np.float64, rounds=rounds), pattern)
         stats[rounds] = {
             "puts": sum(v.stats.puts for v in views),
@@ -148,7 +174,7 @@ def test_request_counts_and_bytes_match_the_patterns(pattern: str, world: int) -
     per_round = {k: (stats[3][k] - stats[1][k]) / 2 for k in stats[1]}
     header = len(codec.encode(np.zeros(0))) + seal.OVERHEAD
     value = d * 8 + header if pattern == "allreduce" else d * 8 / world + header
-    model = pattern_requests(pattern, world, value)
+    model = pattern_requests(pattern, world, value, packed=packed)
     assert per_round["puts"] == model.puts
     assert per_round["hits"] == model.gets
     assert per_round["bytes_sent"] == pytest.approx(model.bytes_sent, abs=8 * world * world)
@@ -156,7 +182,9 @@ def test_request_counts_and_bytes_match_the_patterns(pattern: str, world: int) -
     # Every rank deletes what it wrote the round before in one batch, without listing the store.
     assert per_round["lists"] == 0
     assert per_round["deletes"] == world
-    if pattern == "scatter_reduce":
+    if packed:  # one packed value of pieces and one merged chunk per worker
+        assert model.puts == 2 * world and model.gets == 2 * world * (world - 1)
+    elif pattern == "scatter_reduce":
         assert model.puts + model.gets == world * (3 * world - 2)  # 3W-2 per worker
     else:  # the aggregator moves W values: W-1 in, one out
         assert (model.puts + model.gets) == 3 * world - 2
