@@ -124,10 +124,11 @@ def print_result(result: JobResult) -> None:
             f"(${lam['dollars']:.6f}); {channel['kind']} {int(channel['requests'])} requests "
             f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
         )
-    if result.pattern is not None and result.predicted_round_s is not None:
-        how = "chosen by sync.pattern auto" if result.spec.get("sync", {}).get("pattern") == "auto" else "as asked"
+    chose = result.spec.get("sync", {}).get("pattern") == "auto"
+    if chose and result.pattern is not None and result.predicted_round_s is not None:
         console.print(
-            f"collective {result.pattern} ({how}): {result.predicted_round_s * 1000:.1f} ms a round predicted"
+            f"collective {result.pattern} (sync.pattern auto): {result.predicted_round_s * 1000:.1f} ms a round "
+            "predicted"
         )
     if result.result_path is not None:
         console.print(f"result: {result.result_path}")

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analytic_model import load_profile
+from analytic_model.pattern_choice import candidates, choose_pattern
 from lambdaml import codec, keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
@@ -63,6 +65,15 @@ def test_bsp_ga_sgd_equals_single_process_sgd(
     reference = single_process_sgd(store, uneven_dataset, job)
     assert result.ranks_agree, "every rank must end with the identical model under BSP"
     assert np.max(np.abs(distributed - reference)) <= 1e-5
+    # sync.pattern auto (the default): every rank ran what the cost model predicts fastest here.
+    if kind == "memory":
+        assert (result.pattern, result.predicted_round_s) == ("allreduce", None)
+    else:
+        choice = choose_pattern(
+            load_profile(), kind, WORKERS, distributed.nbytes, candidates(WORKERS, compressed=False)
+        )
+        assert (result.pattern, result.predicted_round_s) == (choice.pattern, choice.predicted_round_s)
+        assert choice.predicted_round_s > 0
     assert [p.epoch for p in result.loss_curve] == [1, 2]
     assert result.loss_curve[1].loss < result.loss_curve[0].loss
     for worker in result.workers:

@@ -1,0 +1,55 @@
+"""``sync.pattern: auto``: the cost model's choice of collective, from the shipped AWS figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytic_model import load_profile
+from analytic_model.collectives import collective
+from analytic_model.pattern_choice import candidates, choose_pattern
+from analytic_model.transfers import Polling
+from lambdaml.comm.choice import pattern_for
+from lambdaml.config import parse_job
+from lambdaml.errors import ConfigError
+
+PROFILE = load_profile()
+
+
+@pytest.mark.parametrize("channel", ["s3", "redis", "memcached", "dynamodb"])
+@pytest.mark.parametrize("workers", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("vector_bytes", [400, 40_000, 4_000_000, 40_000_000])
+def test_the_choice_is_the_fastest_candidate_the_model_predicts(channel: str, workers: int, vector_bytes: int) -> None:
+    options = candidates(workers, compressed=False)
+    choice = choose_pattern(PROFILE, channel, workers, vector_bytes, options)
+    perf, polling = PROFILE.channel(channel), Polling.of(PROFILE)
+    for pattern in options:
+        predicted = collective(
+            perf, pattern, workers, vector_bytes, PROFILE.compute.add_Bps, polling, PROFILE.codec_header_bytes
+        ).seconds
+        assert choice.predictions[pattern] == predicted
+        assert choice.predicted_round_s <= predicted
+    assert choice.pattern in options and choice.predicted_round_s > 0
+
+
+def test_small_vectors_go_through_one_aggregator_and_large_ones_are_scattered() -> None:
+    assert choose_pattern(PROFILE, "s3", 8, 400, candidates(8, compressed=False)).pattern == "allreduce"
+    assert choose_pattern(PROFILE, "s3", 8, 40_000_000, candidates(8, compressed=False)).pattern == "scatter_reduce"
+
+
+def test_the_grid_pattern_is_a_candidate_only_where_it_differs_and_is_uncompressed() -> None:
+    assert "scatter_reduce_2d" in candidates(16, compressed=False)
+    assert "scatter_reduce_2d" not in candidates(16, compressed=True)
+    assert "scatter_reduce_2d" not in candidates(7, compressed=False)  # a prime W: 1 x 7 is flat
+
+
+def test_a_job_file_names_auto_or_a_pattern_and_the_worker_resolves_it() -> None:
+    job = parse_job({"name": "j", "workers": 8, "dataset": "d"}, "job")
+    assert job.sync.pattern == "auto"
+    assert pattern_for(job, 40_000_000)[0] == "scatter_reduce"
+    fixed = parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "allreduce"}}, "job")
+    pattern, predicted = pattern_for(fixed, 40_000_000)
+    assert pattern == "allreduce" and predicted is not None and predicted > pattern_for(job, 40_000_000)[1]
+    memory = parse_job({"name": "j", "workers": 8, "dataset": "d", "channel": {"kind": "memory"}}, "job")
+    assert pattern_for(memory, 40_000_000) == ("allreduce", None)
+    with pytest.raises(ConfigError, match="or auto"):
+        parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "ring"}}, "job")
