@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import struct
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from lambdaml import codec
 from lambdaml import keys as K
+from lambdaml.channels.chunks import join_parts, manifest_of, split_value
 from lambdaml.errors import ChannelError, ChannelUnreachable, KeyNotFound, SyncTimeout, TransientChannelError
 
 if TYPE_CHECKING:
@@ -36,15 +35,6 @@ W = TypeVar("W")
 #: ``(key, start, stop)``: bytes ``start`` to ``stop`` (exclusive) of the value at ``key``.
 Range = tuple[str, int, int]
 
-# A chunked value is stored as its parts plus, at the logical key, this small manifest.
-# Tensors start with b"LMLT" and JSON with "{", so a real value never starts with it.
-_CHUNK_MAGIC = b"\x00LMLCHUNK"
-# magic, version, parts, total bytes, write id. Every part starts with its write's random id,
-# so a part of another write of the key is told apart without a checksum pass over the bytes:
-# the value inside carries its own (the codec's CRC-32, the seal).
-_CHUNK_MANIFEST = struct.Struct("<9sBIQ8s")
-_CHUNK_VERSION = 2
-_WRITE_ID = 8
 _DELETE_BATCH = 1000
 
 
@@ -276,13 +266,10 @@ class Channel(ABC):
                 first.append((key, data))
                 sent += len(data)
                 continue
-            write_id, step = os.urandom(_WRITE_ID), limit - _WRITE_ID
-            view = memoryview(data)  # one copy per part: the id and its slice joined
-            pieces = [b"".join((write_id, view[i : i + step])) for i in range(0, len(data), step)]
-            first.extend((K.chunk_part(key, i), piece) for i, piece in enumerate(pieces))
-            manifest = _CHUNK_MANIFEST.pack(_CHUNK_MAGIC, _CHUNK_VERSION, len(pieces), len(data), write_id)
-            manifests.append((key, manifest))
-            sent += len(data) + len(manifest)
+            parts, manifest = split_value(key, data, limit)
+            first.extend(parts)
+            manifests.append(manifest)
+            sent += len(data) + len(manifest[1])
 
         def put_batch(batch: Sequence[tuple[str, bytes]]) -> None:
             # A write is idempotent: a retried batch rewrites the same bytes.
@@ -418,22 +405,12 @@ class Channel(ABC):
         return {p.key: found[reads[p]] if where[p][2] > where[p][1] else b"" for p in pieces}
 
     def _assemble(self, key: str, raw: bytes) -> bytes:
-        if not raw.startswith(_CHUNK_MAGIC) or len(raw) != _CHUNK_MANIFEST.size:
+        manifest = manifest_of(key, raw, self.kind)
+        if manifest is None:
             return raw
-        _, version, n_parts, total, write_id = _CHUNK_MANIFEST.unpack(raw)
-        if version != _CHUNK_VERSION:
-            raise ChannelError(f"{self.kind}: value {key!r} was chunked by another version of LambdaML")
-        part_keys = [K.chunk_part(key, i) for i in range(n_parts)]
-        parts = self._retry(self._get_many, part_keys)
-        self.stats.add(gets=n_parts, bytes_received=sum(len(v) for v in parts.values()))
-        if len(parts) != n_parts:
-            raise ChannelError(f"{self.kind}: value {key!r} is missing {n_parts - len(parts)} of {n_parts} parts")
-        if not all(parts[k].startswith(write_id) for k in part_keys):
-            raise TransientChannelError(f"{self.kind}: value {key!r} was reassembled wrong (changed while read?)")
-        data = b"".join(memoryview(parts[k])[_WRITE_ID:] for k in part_keys)
-        if len(data) != total:
-            raise TransientChannelError(f"{self.kind}: value {key!r} was reassembled wrong (changed while read?)")
-        return data
+        parts = self._retry(self._get_many, manifest.part_keys)
+        self.stats.add(gets=manifest.parts, bytes_received=sum(len(v) for v in parts.values()))
+        return join_parts(manifest, parts, self.kind)
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.

@@ -1,0 +1,73 @@
+"""Values over a backend's item limit: split into parts and a manifest, and joined again.
+
+The parts go first and the manifest last, so a reader that finds the key finds every part.
+Every part starts with its write's random id, which the manifest names: parts of two writes of
+a key are never joined, and no checksum pass over the bytes is needed (the value inside carries
+its own: the codec's CRC-32 and the seal).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lambdaml import keys as K
+from lambdaml.errors import ChannelError, TransientChannelError
+
+_MAGIC = b"\x00LMLCHUNK"
+_MANIFEST = struct.Struct("<9sBIQ8s")  # magic, version, parts, total bytes, write id
+_VERSION = 2
+_WRITE_ID = 8
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a chunked value's key holds: how many parts, how many bytes in all, and its write's id."""
+
+    key: str
+    parts: int
+    total: int
+    write_id: bytes
+
+    @property
+    def part_keys(self) -> list[str]:
+        return [K.chunk_part(self.key, i) for i in range(self.parts)]
+
+
+def split_value(key: str, data: bytes, limit: int) -> tuple[list[tuple[str, bytes]], tuple[str, bytes]]:
+    """The parts (each at most ``limit`` bytes, cut with one copy) and the manifest of ``data`` at ``key``."""
+    write_id, step = os.urandom(_WRITE_ID), limit - _WRITE_ID
+    view = memoryview(data)
+    parts = [
+        (K.chunk_part(key, n), b"".join((write_id, view[i : i + step])))
+        for n, i in enumerate(range(0, len(data), step))
+    ]
+    return parts, (key, _MANIFEST.pack(_MAGIC, _VERSION, len(parts), len(data), write_id))
+
+
+def manifest_of(key: str, raw: bytes, kind: str) -> Manifest | None:
+    """The manifest ``raw`` is, or None where it is a whole value."""
+    if not raw.startswith(_MAGIC) or len(raw) != _MANIFEST.size:
+        return None
+    _, version, parts, total, write_id = _MANIFEST.unpack(raw)
+    if version != _VERSION:
+        raise ChannelError(f"{kind}: value {key!r} was chunked by another version of LambdaML")
+    return Manifest(key, parts, total, write_id)
+
+
+def join_parts(manifest: Manifest, parts: Mapping[str, bytes], kind: str) -> bytes:
+    """The value the manifest's parts make; refused if one is missing or of another write."""
+    part_keys = manifest.part_keys
+    key = manifest.key
+    if len(parts) != manifest.parts:
+        missing = manifest.parts - len(parts)
+        raise ChannelError(f"{kind}: value {key!r} is missing {missing} of {manifest.parts} parts")
+    wrong = TransientChannelError(f"{kind}: value {key!r} was reassembled wrong (changed while read?)")
+    if not all(parts[k].startswith(manifest.write_id) for k in part_keys):
+        raise wrong
+    data = b"".join(memoryview(parts[k])[_WRITE_ID:] for k in part_keys)
+    if len(data) != manifest.total:
+        raise wrong
+    return data
