@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs ended this long ago: 7d, 12h, 30m, 0s (default: 7d)",
     )
     clean.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    clean.add_argument(
+        "--results", action="store_true", help="also delete their results and models (the jobs stay listed)"
+    )
     _storage_args(clean)
 
     logs = commands.add_parser("logs", help="a stack's job's worker log lines, by time, with their ranks")

@@ -178,7 +178,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
     store = open_storage(_storage(args))
     ended = records.ended_jobs(store, older_than_s=args.older_than)
-    objects = records.clean_jobs(store, ended, dry_run=args.dry_run)
+    objects = records.clean_jobs(store, ended, dry_run=args.dry_run, results=args.results)
     channel_keys = clean_channels(store, ended, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for job_id in sorted(set(objects) | set(channel_keys)):
@@ -186,7 +186,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         console.print(f"job {job_id}: {verb} {objects.get(job_id, 0)} objects{on_channel}")
     console.print(
         f"{verb} {sum(objects.values())} objects and {sum(channel_keys.values())} channel keys of {len(ended)} "
-        "ended jobs; results and models kept"
+        f"ended jobs; results and models {'too' if args.results else 'kept'}"
     )
     return 0
 

@@ -147,18 +147,20 @@ def ended_jobs(store: Channel, *, older_than_s: float) -> list[str]:
     ]
 
 
-def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False) -> dict[str, int]:
+def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, results: bool = False) -> dict[str, int]:
     """Delete what the attempts of ended jobs left in the bucket (checkpoints, heartbeats, reports, cancel markers).
 
     ``ended`` comes from ``ended_jobs``: a running job is never touched. Each job's spec,
     attempt claims, state, result and model stay, so ``jobs``, ``status`` and ``attach`` still
-    answer; a failed job resumed later starts again from where it started. Returns each
+    answer; a failed job resumed later starts again from where it started. With ``results``
+    the result and the model go too (the record stays, so the job is still listed). Returns each
     cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
     """
     wanted = set(ended)
+    outputs = {key: job_id for job_id in ended for key in (keys.job_result(job_id), keys.job_model(job_id))}
     residue: dict[str, list[str]] = {}
     for key in store.list(keys.JOBS_PREFIX):
-        job_id = keys.job_of_attempt_key(key)
+        job_id = keys.job_of_attempt_key(key) or (outputs.get(key) if results else None)
         if job_id is not None and job_id in wanted:
             residue.setdefault(job_id, []).append(key)
     if not dry_run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -93,3 +94,20 @@ def test_a_channel_out_of_reach_is_named_once_and_the_bucket_is_still_cleaned(
     assert len(warned) == 1 and warned[0].startswith(f"warning: the redis channel 127.0.0.1:{port} is out of reach (")
     assert warned[0].endswith("; its keys stay")
     assert "job old-ok: removed 4 objects" in captured.out and "job old-failed: removed 4 objects" in captured.out
+
+
+def test_results_and_models_go_only_when_asked_and_the_jobs_stay_listed(
+    four_jobs: tuple[StorageSpec, Channel], capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec, store = four_jobs
+    assert cli.main(clean(spec, "--older-than", "0s", "--results")) == 0
+    assert "results and models too" in capsys.readouterr().out
+    left = set(store.list(keys.JOBS_PREFIX))
+    for job_id in ("old-ok", "old-failed", "new-ok"):
+        assert {keys.job_result(job_id), keys.job_model(job_id)}.isdisjoint(left)
+        assert {keys.job_spec(job_id), keys.job_status(job_id)} <= left
+    assert set(records_of("still-running")) <= left  # a running job keeps everything
+    assert cli.main(["jobs", "--bucket", spec.bucket, "--endpoint-url", str(spec.endpoint_url), "--json"]) == 0
+    assert {"old-ok", "old-failed", "new-ok", "still-running"} <= {
+        s["job_id"] for s in json.loads(capsys.readouterr().out)
+    }
