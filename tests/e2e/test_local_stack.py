@@ -415,7 +415,11 @@ def test_ctrl_c_leaves_an_attached_job_running_and_says_how_to_cancel_it(
     cancel = f"lambdaml cancel {job_id} --stack {name}"
     assert cancel in err and f"lambdaml attach {job_id} --stack {name}" in err
     status = lambdaml_cli("status", job_id, "--stack", name, "--output", "json")
-    assert json.loads(status.stdout)["state"] in ("running", "succeeded")
+    assert json.loads(status.stdout)["state"] == "running"  # hours of rounds left
+    # The stack's job list has it, running.
+    listed = lambdaml_cli("jobs", "--stack", name, "--state", "running", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [s["state"] for s in json.loads(listed.stdout) if s["job_id"] == job_id] == ["running"]
 
     # The command it printed cancels it.
     cancelled = lambdaml_cli(*cancel.split()[1:])
