@@ -10,10 +10,10 @@ import numpy as np
 
 from analytic_model.profile import MeasuredCompute, aws_profile, compute_key
 from lambdaml.arrays import Array
-from lambdaml.calibrate.probing import median_time, value
+from lambdaml.calibrate.probing import least_time, median_time, value
 from lambdaml.channels import open_channel
 from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ConfigError, LambdaMLError
 
 _IMAGE_MODELS = {"mobilenet", "resnet18"}  # CIFAR-10 shaped probes
 
@@ -91,11 +91,23 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, MeasuredCompute]:
 
         step()  # warm-up (torch's first call allocates)
         repeats = max(5, min(200, int(0.3 / max(median_time(step, 3), 1e-6))))
-        return median_time(step, repeats)
+        return least_time(step, repeats)
 
     small = max(1, probe.batch_size // 10)
-    t_small, t_batch = step_time(small), step_time(probe.batch_size)
-    per_sample = max(t_batch - t_small, 0.0) / (probe.batch_size - small)
+    large = probe.batch_size
+    t_small, t_large = step_time(small), step_time(large)
+    # The time per sample is the slope between the two batches. Where a step's fixed cost
+    # dwarfs its samples (a narrow linear model), grow the large batch until its samples stand
+    # well clear of that cost, so the noise of a loaded machine cannot swallow the slope.
+    while t_large < 2 * t_small and large < probe.rows and t_large < 0.5:
+        large = min(probe.rows, large * 4)
+        t_large = step_time(large)
+    if t_large <= t_small:
+        raise LambdaMLError(
+            f"calibrating {probe.model}: a step of {large} samples measured no slower than one of {small}; "
+            "the machine was too busy to measure, run calibrate again"
+        )
+    per_sample = (t_large - t_small) / (large - small)
     per_step = max(t_small - small * per_sample, 0.0)
     info = aws_profile().models.get(probe.model)
     # A sparse row's work is its nonzeros, not its width: no flop count to scale other models by.

@@ -43,13 +43,23 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
+def _times(fn: Callable[[], Any], repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         fn()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return times
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    return statistics.median(_times(fn, repeats))
+
+
+def least_time(fn: Callable[[], Any], repeats: int) -> float:
+    """The fastest of ``repeats`` calls: other work on the machine only ever adds time, so the
+    minimum is the estimate of a pure-CPU step that load disturbs least."""
+    return min(_times(fn, repeats))
 
 
 def value(n_floats: int, seed: int = 0) -> Array:
