@@ -125,6 +125,11 @@ class ChannelCommunicator(Communicator):
         self._cleanups = [f for f in self._cleanups if not f.done() or f.exception() is not None]
         self._cleanups.append(self._janitor.submit(fn, *args))
 
+    def settle(self) -> None:
+        """Wait for the housekeeping started so far; raise the first error it met."""
+        for future in self._cleanups:
+            future.result()
+
     def barrier(self, name: str) -> None:
         """Every rank posts a marker and waits for everyone's."""
         self._arrive(name, wait=True)
@@ -143,8 +148,7 @@ class ChannelCommunicator(Communicator):
         """
         if not early:
             self._arrive("end", wait=self.rank == 0)
-        for future in self._cleanups:
-            future.result()
+        self.settle()
         self._janitor.shutdown(wait=True)
         if self.rank == 0 and not early:
             removed = self.channel.clear(keys.comm_prefix(self.job_id, self.attempt))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from lambdaml.arrays import Array
-from lambdaml.comm.patterns import ChunkCodec, Pattern, PlainCodec, ScatterReduce, chunk_bounds, rank_order_sum
+from lambdaml.comm.patterns import ChunkCodec, Pattern, PlainCodec, ScatterReduce, chunk_bounds, owner_sum
 from lambdaml.comm.rounds import Round
 from lambdaml.errors import ConfigError
 
@@ -81,12 +81,8 @@ class ScatterReduce2D(Pattern):
         mine = flat[seg_lo:seg_hi]
         keys = {peer: round_.key(self.row_tag, rank=peer, chunk=me) for peer in row_peers if peer != me}
         got = round_.wait_for(list(keys.values()))
-        row_sum = rank_order_sum(
-            mine
-            if peer == me
-            else codec.decode_piece(me, peer, got[keys[peer]], mine, f"rank {peer}'s row piece in round {number}")
-            for peer in row_peers
-        )
+        raw = {peer: got[key] for peer, key in keys.items()}
+        row_sum = owner_sum(codec, me, mine, mine, row_peers, raw, f"row piece in round {number}")
 
         # 2. Columns: the row sum of each other chunk of my segment to its owner; sum mine over the column.
         def part(k: int) -> slice:
@@ -106,15 +102,9 @@ class ScatterReduce2D(Pattern):
         # column, and I now hold this round's pieces from all of them, which each wrote only
         # after its call for the previous round returned (every read there done).
         round_.retire()
-        data, total = codec.encode_merged(
-            me,
-            rank_order_sum(
-                own
-                if peer == me
-                else codec.decode_piece(me, peer, got[keys[peer]], own, f"rank {peer}'s column piece in round {number}")
-                for peer in col_peers
-            ),
-        )
+        raw = {peer: got[key] for peer, key in keys.items()}
+        what = f"column piece in round {number}"
+        data, total = codec.encode_merged(me, owner_sum(codec, me, own, own, col_peers, raw, what))
         round_.put(round_.key(self.column_tag, rank=None, chunk=me), data)
 
         # 3. Columns: the other merged chunks of my segment; my assembled segment for my row.

@@ -10,7 +10,7 @@ they return bit-identical sums: to each other and to the left fold ``x0 + x1 + .
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -44,6 +44,18 @@ def rank_order_sum(values: Iterable[Array]) -> Array:
     for value in it:
         total += value
     return total
+
+
+def owner_sum(
+    codec: ChunkCodec, chunk: int, own: Array, like: Array, senders: Iterable[int], raw: Mapping[int, bytes], what: str
+) -> Array:
+    """The owner's sum of ``chunk``: its own piece where the sender is the owner itself, every
+    other sender's decoded piece elsewhere, added in the senders' order. ``what`` names a piece
+    in errors (\"rank R's <what>\")."""
+    return rank_order_sum(
+        own if sender == chunk else codec.decode_piece(chunk, sender, raw[sender], like, f"rank {sender}'s {what}")
+        for sender in senders
+    )
 
 
 class ChunkCodec(Protocol):
@@ -201,17 +213,9 @@ class ScatterReduce(Pattern):
         # itself, this rank knows nobody touches that round again, and deletes what it wrote
         # there: the channel keeps the last two rounds (three while a delete runs).
         round_.retire()
-        data, total = codec.encode_merged(
-            rank,
-            rank_order_sum(
-                own
-                if r == rank
-                else codec.decode_piece(
-                    rank, r, pieces[piece_keys[r]], mine, f"rank {r}'s piece of chunk {rank} in round {number}"
-                )
-                for r in range(world)
-            ),
-        )
+        raw = {r: pieces[key] for r, key in piece_keys.items()}
+        what = f"piece of chunk {rank} in round {number}"
+        data, total = codec.encode_merged(rank, owner_sum(codec, rank, own, mine, range(world), raw, what))
         round_.put(round_.key(self.tag, rank=None, chunk=rank), data)
 
         # 3. Gather the merged chunks the other ranks own.

@@ -4,7 +4,6 @@ rank and every run, and about 6 sqrt(W) requests per worker per round instead of
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -13,13 +12,12 @@ from analytic_model.channel_perf import ChannelPerf
 from analytic_model.collectives import collective, grid_requests
 from analytic_model.collectives import grid_shape as modelled_shape
 from analytic_model.transfers import Polling
-from lambdaml import codec, keys, seal
+from lambdaml import codec, seal
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.comm.grid import grid_shape
 from lambdaml.config import parse_job
 from lambdaml.errors import ConfigError
-from tests.helpers import unique_name
-from tests.unit.test_patterns import MemoryView, make_inputs, run_world
+from tests.unit.test_patterns import MemoryView, make_inputs, rounds_left_before_finish, run_world
 
 
 def test_grid_shape_is_the_squarest_grid_and_the_model_agrees() -> None:
@@ -120,24 +118,7 @@ def test_the_cost_model_counts_what_the_pattern_issues(world: int) -> None:
 
 
 def test_old_rounds_are_retired_while_the_job_runs() -> None:
-    world, rounds = 6, 5
-    store = MemoryChannel()
-    job_id = unique_name("job")
-    seen: list[set[int]] = []
-
-    def rounds_present() -> None:
-        deadline = time.monotonic() + 5
-        while True:
-            present = {keys.parse_comm_key(k).round for k in store.list(keys.comm_prefix(job_id))}
-            if present <= {rounds - 1} or time.monotonic() > deadline:
-                seen.append(present)
-                return
-            time.sleep(0.01)
-
-    run_world([store] * world, make_inputs(world, 100, np.float64, rounds), "scatter_reduce_2d",
-              job_id=job_id, before_finish=rounds_present)  # fmt: skip
-    assert seen == [{rounds - 1}]
-    assert store.list(keys.comm_prefix(job_id)) == []
+    assert rounds_left_before_finish("scatter_reduce_2d", world=6, rounds=5) == [{4}]
 
 
 def test_compression_is_refused_in_one_line() -> None:

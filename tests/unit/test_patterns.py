@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -67,7 +66,8 @@ def run_world(
 ) -> list[list[np.ndarray]]:
     """Run ``len(inputs)`` allreduce rounds on W threads, then finish() on each; return results[round][rank].
 
-    ``before_finish`` runs once, on rank 0, when every rank is done with its rounds.
+    ``before_finish`` runs once, on rank 0, when every rank is done with its rounds and with
+    the deletions of old rounds it started (they run in the background).
     """
     world = len(channels)
     job_id = job_id or unique_name("job")
@@ -77,6 +77,7 @@ def run_world(
     def worker(rank: int) -> list[np.ndarray]:
         results = [comms[rank].allreduce(xs[rank]) for xs in inputs]
         if before_finish is not None:
+            comms[rank].settle()
             barrier.wait(timeout=20)
             if rank == 0:
                 before_finish()
@@ -203,31 +204,25 @@ def test_requests_and_bytes_per_worker_per_round(pattern: str, world: int, d: in
             assert stats["puts"] + hits[rank] == rounds * (3 * world - 2)
 
 
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_old_rounds_are_retired_and_finish_leaves_nothing(pattern: str) -> None:
-    world, rounds = 4, 5
+def rounds_left_before_finish(pattern: str, world: int, rounds: int) -> list[set[int]]:
+    """The rounds whose keys are on the channel once every rank is done with its rounds (and
+    with its deletions), seen from ``before_finish``; and that finish leaves nothing."""
     store = MemoryChannel()
     job_id = unique_name("job")
     seen: list[set[int]] = []
 
     def rounds_present() -> None:
-        deadline = time.monotonic() + 5
-        while True:  # retirement runs in the background: give it a bounded moment
-            present = {keys.parse_comm_key(k).round for k in store.list(keys.comm_prefix(job_id))}
-            if present <= {rounds - 1} or time.monotonic() > deadline:
-                seen.append(present)
-                return
-            time.sleep(0.01)
+        seen.append({keys.parse_comm_key(k).round for k in store.list(keys.comm_prefix(job_id))})
 
-    run_world(
-        [store] * world,
-        make_inputs(world, 100, np.float64, rounds),
-        pattern,
-        job_id=job_id,
-        before_finish=rounds_present,
-    )
-    assert seen == [{rounds - 1}]  # rounds 0..R-2 were deleted while the job ran
+    inputs = make_inputs(world, 100, np.float64, rounds)
+    run_world([store] * world, inputs, pattern, job_id=job_id, before_finish=rounds_present)
     assert store.list(keys.comm_prefix(job_id)) == []
+    return seen
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_old_rounds_are_retired_and_finish_leaves_nothing(pattern: str) -> None:
+    assert rounds_left_before_finish(pattern, world=4, rounds=5) == [{4}]  # rounds 0..3 went while the job ran
 
 
 @pytest.mark.parametrize("damage", ["dtype", "shape", "bit flip"])
