@@ -26,8 +26,8 @@ BUNDLE_MAGIC = b"LMLB"
 VERSION = 1
 # magic, version, dtype code, ndim, reserved, payload bytes, crc32, reserved
 _HEADER = struct.Struct("<4sBBBBQII")
-# magic, version, entry count, crc32 of the entry table and names (payloads carry their own)
-_BUNDLE_HEADER = struct.Struct("<4sBxxxII")
+# A container's (bundle's or packed value's): magic, version, entry count, crc32 of its table
+_CONTAINER_HEADER = struct.Struct("<4sBxxxII")
 _ENTRY = struct.Struct("<HxxxxxxQ")  # name length, tensor length
 MAX_NDIM = 8
 _MAX_BYTES = 2**63 - 1  # numpy's limit on an array's size in bytes
@@ -137,20 +137,26 @@ def encode_bundle(arrays: Mapping[str, Array]) -> bytes:
         table_crc = zlib.crc32(entry, table_crc)
         parts.append(entry + b"\0" * _pad8(len(raw_name)))
         parts.append(tensor + b"\0" * _pad8(len(tensor)))
-    return _BUNDLE_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), table_crc) + b"".join(parts)
+    return _CONTAINER_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), table_crc) + b"".join(parts)
+
+
+def _container_header(view: memoryview, magic: bytes, kind: str, what: str) -> tuple[int, int]:
+    """A bundle's or packed value's entry count and table CRC, once its magic and version check out."""
+    if len(view) < _CONTAINER_HEADER.size:
+        raise CodecError(f"{what} is truncated: {len(view)} bytes")
+    found, version, count, table_crc = _CONTAINER_HEADER.unpack_from(view)
+    if found != magic:
+        raise CodecError(f"{what} is not a LambdaML {kind} (bad magic {bytes(found)!r})")
+    if version != VERSION:
+        raise CodecError(f"{what} has {kind} format version {version}; this build reads {VERSION}")
+    return count, table_crc
 
 
 def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, Array]:
     """Decode and verify every array of a bundle (zero-copy)."""
     view = memoryview(data).cast("B")
-    if len(view) < _BUNDLE_HEADER.size:
-        raise CodecError(f"{what} is truncated: {len(view)} bytes")
-    magic, version, count, table_crc = _BUNDLE_HEADER.unpack_from(view)
-    if magic != BUNDLE_MAGIC:
-        raise CodecError(f"{what} is not a LambdaML bundle (bad magic {bytes(magic)!r})")
-    if version != VERSION:
-        raise CodecError(f"{what} has bundle format version {version}; this build reads {VERSION}")
-    offset = _BUNDLE_HEADER.size
+    count, table_crc = _container_header(view, BUNDLE_MAGIC, "bundle", what)
+    offset = _CONTAINER_HEADER.size
     out: dict[str, Array] = {}
     crc = 0
     entries: list[tuple[str, memoryview]] = []
@@ -186,13 +192,12 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
 # without knowing the values), then the values, each 8-byte aligned. The values carry their own
 # checks (a sealed piece is bound to its own key); the index carries a CRC of itself.
 PACKED_MAGIC = b"LMLP"
-_PACKED_HEADER = struct.Struct("<4sBxxxII")  # magic, version, slot count, crc32 of the slot table
 _SLOT = struct.Struct("<QQ")  # offset, length
 
 
 def packed_index_bytes(slots: int) -> int:
     """Size of a packed value's index: where its first value starts."""
-    return _PACKED_HEADER.size + slots * _SLOT.size
+    return _CONTAINER_HEADER.size + slots * _SLOT.size
 
 
 def packed_slots(lengths: Sequence[int]) -> list[tuple[int, int]]:
@@ -209,7 +214,7 @@ def encode_packed(values: Sequence[bytes]) -> bytes:
     """Pack byte strings into one value; ``packed_slots`` of their lengths says where each lies."""
     slots = packed_slots([len(v) for v in values])
     table = b"".join(_SLOT.pack(start, stop - start) for start, stop in slots)
-    parts = [_PACKED_HEADER.pack(PACKED_MAGIC, VERSION, len(values), zlib.crc32(table)), table]
+    parts = [_CONTAINER_HEADER.pack(PACKED_MAGIC, VERSION, len(values), zlib.crc32(table)), table]
     for value in values:
         parts += (value, b"\0" * _pad8(len(value)))
     return b"".join(parts)
@@ -222,14 +227,10 @@ def decode_packed_index(
     view = memoryview(data).cast("B")
     if len(view) != packed_index_bytes(slots):
         raise CodecError(f"{what} index is truncated: {len(view)} bytes, expected {packed_index_bytes(slots)}")
-    magic, version, count, crc = _PACKED_HEADER.unpack_from(view)
-    if magic != PACKED_MAGIC:
-        raise CodecError(f"{what} is not a LambdaML packed value (bad magic {bytes(magic)!r})")
-    if version != VERSION:
-        raise CodecError(f"{what} has packed format version {version}; this build reads {VERSION}")
+    count, crc = _container_header(view, PACKED_MAGIC, "packed value", what)
     if count != slots:
         raise CodecError(f"{what} holds {count} values, expected {slots}")
-    table = view[_PACKED_HEADER.size :]
+    table = view[_CONTAINER_HEADER.size :]
     if zlib.crc32(table) != crc:
         raise CodecError(f"{what} is corrupt: index checksum mismatch")
     out = []

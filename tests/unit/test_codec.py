@@ -340,7 +340,7 @@ def test_bundle_bad_magic_and_version() -> None:
 
 def test_bundle_entry_name_that_is_not_utf8() -> None:
     wire = bytearray(codec.encode_bundle({"X": np.zeros(1, dtype=np.float32)}))
-    name_at = codec._BUNDLE_HEADER.size + codec._ENTRY.size
+    name_at = codec._CONTAINER_HEADER.size + codec._ENTRY.size
     assert wire[name_at : name_at + 1] == b"X"
     wire[name_at] = 0xFF
     with pytest.raises(CodecError, match="not UTF-8"):

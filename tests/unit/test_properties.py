@@ -65,7 +65,7 @@ def forge_bundle(entries: list[tuple[bytes, bytes]], count: int | None = None) -
         crc = zlib.crc32(entry, crc)
         parts.append(entry + b"\0" * codec._pad8(len(name)) + tensor + b"\0" * codec._pad8(len(tensor)))
     count = len(entries) if count is None else count
-    return codec._BUNDLE_HEADER.pack(codec.BUNDLE_MAGIC, codec.VERSION, count, crc) + b"".join(parts)
+    return codec._CONTAINER_HEADER.pack(codec.BUNDLE_MAGIC, codec.VERSION, count, crc) + b"".join(parts)
 
 
 def decodes_or_refuses(decode: Callable[[bytes], Any], data: bytes) -> Any:
