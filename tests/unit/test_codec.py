@@ -367,3 +367,26 @@ def test_bundle_entry_name_is_checksummed() -> None:
     wire[index] = ord("Y")
     with pytest.raises(CodecError, match="entry table checksum"):
         codec.decode_bundle(bytes(wire))
+
+
+def test_a_packed_index_is_checked_before_its_slots_are_trusted() -> None:
+    values = [b"a" * 3, b"b" * 17, b""]
+    packed = codec.encode_packed(values)
+    index = packed[: codec.packed_index_bytes(3)]
+    slots = codec.decode_packed_index(index, 3)
+    assert [packed[lo:hi] for lo, hi in slots] == values
+
+    def damaged(at: int, byte: int) -> bytes:
+        return index[:at] + bytes([byte]) + index[at + 1 :]
+
+    cases = {
+        damaged(0, ord("X")): "not a LambdaML packed value",
+        damaged(4, codec.VERSION + 1): "packed value format version",
+        damaged(len(index) - 1, index[-1] ^ 1): "index checksum mismatch",
+        index[:-1]: "index is truncated",
+    }
+    for raw, message in cases.items():
+        with pytest.raises(CodecError, match=message):
+            codec.decode_packed_index(raw, 3)
+    with pytest.raises(CodecError, match="holds 3 values, expected 2"):
+        codec.decode_packed_index(codec.encode_packed(values[:3])[: codec.packed_index_bytes(2)], 2)
