@@ -312,6 +312,15 @@ def lambdaml_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProces
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=wide())
 
 
+def start_detached(stack: str, tmp_path: Path, job: dict[str, Any]) -> str:
+    """Start ``job`` on the stack with ``train --detach`` and return its id."""
+    job_file = tmp_path / f"{job['name']}.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    started = lambdaml_cli("train", str(job_file), "--stack", stack, "--detach", "--output", "json")
+    assert started.returncode == 0, started.stderr
+    return str(json.loads(started.stdout)["job_id"])
+
+
 def interrupt_after_first_epoch(*args: str) -> tuple[int, str, str]:
     """Run a command that follows a job, Ctrl-C it once it has printed an epoch line, and return how it ended."""
     process = subprocess.Popen(
@@ -381,11 +390,7 @@ def test_status_watch_follows_a_job_to_its_end_in_json_lines(
     local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
 ) -> None:
     name, _ = local_stack
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump({**JOB, "name": "watched", "dataset": jobs_dataset}))
-    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--output", "json")
-    assert started.returncode == 0, started.stderr
-    job_id = json.loads(started.stdout)["job_id"]
+    job_id = start_detached(name, tmp_path, {**JOB, "name": "watched", "dataset": jobs_dataset})
 
     watched = lambdaml_cli("status", job_id, "--stack", name, "--watch", "--interval", "0.2", "--output", "json")
     assert watched.returncode == 0, watched.stderr
@@ -404,11 +409,7 @@ def test_ctrl_c_leaves_an_attached_job_running_and_says_how_to_cancel_it(
     local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
 ) -> None:
     name, _ = local_stack
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump({**LONG, "name": "left-running", "dataset": jobs_dataset}))
-    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--output", "json")
-    assert started.returncode == 0, started.stderr
-    job_id = json.loads(started.stdout)["job_id"]
+    job_id = start_detached(name, tmp_path, {**LONG, "name": "left-running", "dataset": jobs_dataset})
 
     code, _, err = interrupt_after_first_epoch("attach", job_id, "--stack", name)
     assert code == 130, err
@@ -561,11 +562,7 @@ def test_logs_follow_shows_every_ranks_lines_of_a_running_job_until_it_ends(
     local_stack: tuple[str, dict[str, Any]], jobs_dataset: str, tmp_path: Path
 ) -> None:
     name, _ = local_stack
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump({**LONG, "name": "logged", "dataset": jobs_dataset}))
-    started = lambdaml_cli("train", str(job_file), "--stack", name, "--detach", "--json")
-    assert started.returncode == 0, started.stderr
-    job_id = json.loads(started.stdout)["job_id"]
+    job_id = start_detached(name, tmp_path, {**LONG, "name": "logged", "dataset": jobs_dataset})
 
     follow = subprocess.Popen(
         [sys.executable, "-m", "lambdaml", "logs", job_id, "--stack", name, "--follow"],

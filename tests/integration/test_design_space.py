@@ -127,49 +127,41 @@ def test_every_valid_combination_reaches_its_target(
             assert worker.async_stats.applied == pushes, "every update applied exactly once by every worker"
 
 
-def test_scatter_reduce_equals_allreduce_on_the_same_job(
-    services: Services, store: tuple[StorageSpec, Channel]
+@pytest.fixture(scope="module")
+def trained() -> dict[tuple[str, str], np.ndarray]:
+    """Models of the same job by channel and pattern: a run two comparisons share is made once."""
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("redis", "allreduce"), ("redis", "scatter_reduce")),
+        # At W=4 the grid is 2 x 2: the same gradient sums within rounding.
+        (("redis", "scatter_reduce"), ("redis", "scatter_reduce_2d")),
+        # S3 packs each worker's pieces into one value (ranged reads); Redis puts them one by one.
+        (("s3", "scatter_reduce"), ("redis", "scatter_reduce")),
+    ],
+    ids=["allreduce-scatter_reduce", "scatter_reduce-2d", "s3_packed-redis_flat"],
+)
+def test_patterns_and_layouts_train_the_same_model_on_the_same_job(
+    services: Services,
+    store: tuple[StorageSpec, Channel],
+    trained: dict[tuple[str, str], np.ndarray],
+    first: tuple[str, str],
+    second: tuple[str, str],
 ) -> None:
     storage, data = store
-    models = [
-        model_of(
-            data,
-            run_job(job_for(storage, channel_spec("redis", services), "ga_sgd", sync={"pattern": p}), results_dir=None),
-        )
-        for p in ("allreduce", "scatter_reduce")
-    ]
-    assert np.max(np.abs(models[0] - models[1])) <= 1e-6
-    assert np.max(np.abs(models[0])) > 0.1, "the model must have moved for the comparison to mean anything"
 
+    def model(kind: str, pattern: str) -> np.ndarray:
+        if (kind, pattern) not in trained:
+            job = job_for(storage, channel_spec(kind, services), "ga_sgd", sync={"pattern": pattern})
+            trained[kind, pattern] = model_of(data, run_job(job, results_dir=None))
+        return trained[kind, pattern]
 
-def test_scatter_reduce_2d_equals_scatter_reduce_on_the_same_job(
-    services: Services, store: tuple[StorageSpec, Channel]
-) -> None:
-    """At W=4 the grid is 2 x 2: the same gradient sums within rounding, so the same model within 1e-6."""
-    storage, data = store
-    models = [
-        model_of(
-            data,
-            run_job(job_for(storage, channel_spec("redis", services), "ga_sgd", sync={"pattern": p}), results_dir=None),
-        )
-        for p in ("scatter_reduce", "scatter_reduce_2d")
-    ]
-    assert np.max(np.abs(models[0] - models[1])) <= 1e-6 * np.max(np.abs(models[0]))
-    assert np.max(np.abs(models[0])) > 0.1, "the model must have moved for the comparison to mean anything"
-
-
-def test_scatter_reduce_on_s3_packed_trains_the_model_of_the_flat_layout(
-    services: Services, store: tuple[StorageSpec, Channel]
-) -> None:
-    """S3 packs each worker's pieces into one value (ranged reads); Redis puts them one by one."""
-    storage, data = store
-    job = {"sync": {"pattern": "scatter_reduce"}}
-    packed, flat = (
-        model_of(data, run_job(job_for(storage, channel_spec(kind, services), "ga_sgd", **job), results_dir=None))
-        for kind in ("s3", "redis")
-    )
-    assert np.max(np.abs(packed - flat)) <= 1e-6 * np.max(np.abs(flat))
-    assert np.max(np.abs(flat)) > 0.1, "the model must have moved for the comparison to mean anything"
+    a, b = model(*first), model(*second)
+    assert np.max(np.abs(a)) > 0.1, "the model must have moved for the comparison to mean anything"
+    assert np.max(np.abs(a - b)) <= 1e-6 * np.max(np.abs(a))
 
 
 def test_bsp_kmeans_matches_single_process_lloyd(services: Services, store: tuple[StorageSpec, Channel]) -> None:
