@@ -163,10 +163,10 @@ def job_registry(args: argparse.Namespace) -> JobRegistry:
     from lambdaml.storage import open_storage
 
     if args.stack:
-        from lambdaml.backends.stack import resolve_stack
+        from lambdaml.backends.stack import resolve_stack, stack_store
 
         stack = resolve_stack(args.stack)
-        return TableRegistry(stack.client("dynamodb"), stack.output("JobsTableName"))
+        return TableRegistry(stack.client("dynamodb"), stack.output("JobsTableName"), bucket=stack_store(stack))
     return BucketRegistry(open_storage(_storage(args)))
 
 

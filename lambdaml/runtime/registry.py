@@ -5,6 +5,10 @@ and ended, where its result and model are, and (once finished) its cost. Without
 the records are the jobs' state records under ``jobs/`` in the data bucket. A stack keeps the
 same records in its ``JobsTable`` (DynamoDB), written as the job's state changes, so its jobs
 are listed by one paginated scan instead of a read per job. Both are read page by page.
+
+The bucket's records are the truth: the table is written after them and may miss a write
+(a throttle past its retries, a permission), so a job the table holds as running is
+confirmed against the bucket before it is listed so.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from lambdaml import keys
+from lambdaml.aws_errors import translate_botocore
 from lambdaml.channels import Channel
 
 log = logging.getLogger(__name__)
@@ -112,22 +119,27 @@ class BucketRegistry(JobRegistry):
     def pages(self) -> Iterator[list[JobRecord]]:
         ids = [job_id for job_id in map(keys.job_of_status, self.store.list(keys.JOBS_PREFIX)) if job_id]
         for start in range(0, len(ids), self.page_size):
-            page = ids[start : start + self.page_size]
-            raw = self.store.get_many([keys.job_status(job_id) for job_id in page])
-            records = []
-            for job_id in page:
-                try:
-                    records.append(JobRecord.from_status(job_id, json.loads(raw[keys.job_status(job_id)])))
-                except (KeyError, TypeError, ValueError):
-                    continue  # removed since the listing, or not a record of ours
-            yield records
+            yield read_records(self.store, ids[start : start + self.page_size])
+
+
+def read_records(store: Channel, job_ids: list[str]) -> list[JobRecord]:
+    """The state records of these jobs in a bucket, read concurrently; one that is gone or malformed is left out."""
+    raw = store.get_many([keys.job_status(job_id) for job_id in job_ids])
+    records = []
+    for job_id in job_ids:
+        try:
+            records.append(JobRecord.from_status(job_id, json.loads(raw[keys.job_status(job_id)])))
+        except (KeyError, TypeError, ValueError):
+            continue  # removed since the listing, or not a record of ours
+    return records
 
 
 class TableRegistry(JobRegistry):
     """The records as items of a stack's JobsTable: ``{job_id, item: "record", ...}``."""
 
-    def __init__(self, client: Any, table: str, page_size: int = 100) -> None:
+    def __init__(self, client: Any, table: str, *, bucket: Channel | None = None, page_size: int = 100) -> None:
         self.client, self.table, self.page_size = client, table, page_size
+        self.bucket = bucket  # where the records that are the truth are, to confirm running jobs by
 
     def save(self, record: JobRecord) -> None:
         fields = {k: v for k, v in asdict(record).items() if v is not None}
@@ -144,6 +156,12 @@ class TableRegistry(JobRegistry):
             )
         except self.client.exceptions.ConditionalCheckFailedException:
             log.debug("job %s: a newer record is in %s", record.job_id, self.table)
+        except (BotoCoreError, ClientError, ConnectionError) as exc:  # the bucket holds the truth; the job goes on
+            error = translate_botocore(exc, service="dynamodb", endpoint=self.client.meta.endpoint_url, what="put_item")
+            log.error(
+                "job %s: its state %r is in the bucket but not in %s (%s); lambdaml jobs reads it from the bucket",
+                record.job_id, record.state, self.table, error,
+            )  # fmt: skip
 
     def pages(self) -> Iterator[list[JobRecord]]:
         start: dict[str, Any] | None = None
@@ -165,10 +183,18 @@ class TableRegistry(JobRegistry):
                     records.append(JobRecord.from_status(str(values["job_id"]), values))
                 except (KeyError, TypeError, ValueError):
                     continue
-            yield records
+            yield self._confirmed(records)
             start = answer.get("LastEvaluatedKey")
             if not start:
                 return
+
+    def _confirmed(self, records: list[JobRecord]) -> list[JobRecord]:
+        """The page with every job it holds as running replaced by the bucket's record of it."""
+        running = [r.job_id for r in records if r.state == "running"]
+        if self.bucket is None or not running:
+            return records
+        truth = {r.job_id: r for r in read_records(self.bucket, running)}
+        return [truth.get(r.job_id, r) for r in records]
 
 
 def _attribute(value: Any) -> dict[str, str]:

@@ -76,3 +76,24 @@ def test_each_state_a_job_records_is_in_the_table_as_in_the_bucket(
     assert (last.state, last.attempt, last.spec_hash, last.workers) == ("cancelled", 2, "abc123", 4)
     # Ended: its duration stops at its end, however late it is listed.
     assert last.summary(now=last.updated_at + 50)["duration_s"] == pytest.approx(last.updated_at - last.created_at)
+
+
+def test_a_table_write_that_fails_is_logged_and_the_list_reads_the_bucket(
+    table: TableRegistry, data_store: tuple[StorageSpec, Channel], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, store = data_store
+    job_id = f"gap-{secrets.token_hex(3)}"
+    records.set_status(store, job_id, 1, records.RUNNING)
+    table.save(JobRecord.from_status(job_id, records.status(store, job_id)))
+    # The job ends while its table cannot be written (here: gone); the bucket has the ending.
+    records.set_status(store, job_id, 1, records.SUCCEEDED, finished_at=200.0)
+    broken = TableRegistry(table.client, "no-such-table")
+    with caplog.at_level("ERROR", logger="lambdaml.runtime.registry"):
+        broken.save(JobRecord.from_status(job_id, records.status(store, job_id)))  # does not raise
+    assert f"job {job_id}: its state 'succeeded' is in the bucket but not in no-such-table" in caplog.text
+    assert "ResourceNotFoundException" in caplog.text
+
+    # The table still holds it as running; the list confirms that against the bucket.
+    assert [r.state for r in table.newest_first() if r.job_id == job_id] == ["running"]
+    confirmed = TableRegistry(table.client, table.table, bucket=store)
+    assert [r.state for r in confirmed.newest_first() if r.job_id == job_id] == ["succeeded"]
