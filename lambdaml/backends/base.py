@@ -54,6 +54,22 @@ class Run:
     handle: Any = None  # the backend's own: processes, a torchrun, nothing for a stack
 
 
+def known_job(store: Channel, job_id: str) -> JobSpec:
+    """The spec a job was started with; a job the bucket has no record of is an error."""
+    if records.status(store, job_id).get("state") == "unknown":
+        raise JobFailed(f"no job {job_id!r} in {store.describe()}")
+    return records.stored_job(store, job_id)
+
+
+def status_with_heartbeats(store: Channel, job_id: str, job: JobSpec) -> dict[str, Any]:
+    """The job's state record, with the heartbeats of its current attempt: what a status shows."""
+    state = records.status(store, job_id)
+    attempt = int(state.get("attempt", 1))
+    beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
+    heartbeats = [json.loads(beats[k]) for k in sorted(beats)]
+    return {**state, "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+
+
 class Backend(ABC):
     """Where the workers of a job run; how they synchronize follows from it."""
 
@@ -76,14 +92,7 @@ class Backend(ABC):
     def status(self, job_id: str) -> dict[str, Any]:
         """The job's state record, with the heartbeats of its current attempt (``workers``)."""
         store = self.store()
-        state = records.status(store, job_id)
-        if state.get("state") == "unknown":
-            raise JobFailed(f"no job {job_id!r} in {store.describe()}")
-        job = records.stored_job(store, job_id)
-        attempt = int(state.get("attempt", 1))
-        beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
-        heartbeats = [json.loads(beats[k]) for k in sorted(beats)]
-        return {**state, "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+        return status_with_heartbeats(store, job_id, known_job(store, job_id))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Ask a running job to stop: its workers see the marker at their next heartbeat."""
