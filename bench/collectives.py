@@ -8,10 +8,14 @@ same value and item sizes, issued through the plain client (boto3, redis-py, pym
 by the same processes in the same dependency order, with process barriers between the
 phases instead of polling. Raw and library rounds alternate, so drift hits both alike.
 
-Prints a table (channel, W, d, pattern, round ms, raw ms, ratio) and the speed-up of
-ScatterReduce over AllReduce, and writes the table to bench/results/collectives.csv
-(no plot: matplotlib is not a dependency). ``--patterns`` adds 2-D ScatterReduce
-(``scatter_reduce_2d``), whose raw plan has its five phases: rows, columns, columns, rows.
+Prints a table (channel, W, d, pattern, round ms, raw ms, ratio, PUTs and GETs per worker
+per round as the library counted them) and the speed-up of ScatterReduce over AllReduce,
+writes the table to bench/results/collectives.csv and plots it (collectives.png).
+``--patterns`` adds 2-D ScatterReduce (``scatter_reduce_2d``), whose raw plan has its five
+phases: rows, columns, columns, rows; and ``auto``: in every cell the pattern the cost model
+picks for the channel (from ``--profile``, or the shipped defaults), set against the better
+fixed pattern measured in the same cell. On S3 ScatterReduce's raw plan is the library's
+packed layout: one object of a rank's pieces, and ranged GETs of it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from analytic_model.pattern_choice import candidates, choose_pattern
+from analytic_model.profile import Profile, load_profile
 from lambdaml import aws, codec
 from lambdaml.channels import Channel, dynamodb, memcached, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
@@ -49,12 +55,14 @@ log = logging.getLogger("bench.collectives")
 
 HEADER = len(codec.encode(np.zeros(0, np.float32)))  # header + 1-d shape: raw values have the encoded size
 ITEM_LIMITS = {"memcached": memcached.DEFAULT_MAX_ITEM_BYTES, "dynamodb": dynamodb.DEFAULT_MAX_ITEM_BYTES}
-PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
+PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d", "auto")
+FIXED = PATTERNS[:3]
 DEFAULT_PATTERNS = ("allreduce", "scatter_reduce")  # the table in bench/RESULTS.md
 KINDS = ("s3", "redis", "memcached", "dynamodb")
 BARRIER_TIMEOUT_S = 300.0
 RESULT_TIMEOUT_S = 900.0
 CSV_PATH = Path(__file__).resolve().parent / "results" / "collectives.csv"
+Get = str | tuple[str, int, int]  # a key, or a key and the byte range [start, stop) of it
 
 
 def rounds_for(d: int) -> int:
@@ -107,8 +115,14 @@ class RawClient:
         elif not self.client.set(key, data, noreply=False):
             raise RuntimeError(f"memcached did not store {key}")
 
-    def get_one(self, key: str) -> bytes:
+    def get_one(self, wanted: Get) -> bytes:
         value: Any
+        if isinstance(wanted, tuple):  # a ranged read: S3 only, as in the library's packed layout
+            key, start, stop = wanted
+            return bytes(
+                self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{stop - 1}")["Body"].read()
+            )
+        key = wanted
         if self.kind == "s3":
             value = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         elif self.kind == "dynamodb":
@@ -134,7 +148,7 @@ class RawClient:
     def put_all(self, items: Sequence[tuple[str, bytes]]) -> None:
         self._all(self.put_one, items)
 
-    def get_all(self, keys: Sequence[str]) -> int:
+    def get_all(self, keys: Sequence[Get]) -> int:
         return sum(len(v) for v in self._all(self.get_one, keys))
 
     def delete_all(self, keys: Sequence[str]) -> None:
@@ -149,7 +163,7 @@ class RawClient:
 class RawRound:
     """One rank's raw round: items to put and keys to get per phase, phases separated by barriers."""
 
-    phases: list[tuple[list[tuple[str, bytes]], list[str], list[tuple[str, bytes]]]]  # (put, get, put-after-get)
+    phases: list[tuple[list[tuple[str, bytes]], list[Get], list[tuple[str, bytes]]]]  # (put, get, put-after-get)
     written: list[str]
 
 
@@ -166,18 +180,34 @@ def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix
         mine = value(f"{prefix}/p{rank}", d)
         merged = value(f"{prefix}/m", d)
         if rank == 0:
-            others = [k for r in range(1, world) for k in names(value(f"{prefix}/p{r}", d))]
+            others: list[Get] = [k for r in range(1, world) for k in names(value(f"{prefix}/p{r}", d))]
             return RawRound([([], [], []), ([], others, merged), ([], [], [])], names(merged))
-        return RawRound([(mine, [], []), ([], [], []), ([], names(merged), [])], names(mine))
+        return RawRound([(mine, [], []), ([], [], []), ([], list(names(merged)), [])], names(mine))
     bounds = chunk_bounds(d, world)
     sizes = [hi - lo for lo, hi in bounds]
     if pattern == "scatter_reduce_2d" and grid_shape(world)[0] > 1:
         return grid_plan(value, names, rank, world, sizes, prefix)
+    merged = value(f"{prefix}/m/c{rank}", sizes[rank])
+    if raw.kind == "s3":  # the packed layout: one object of my pieces; owners read theirs by range
+        piece = [HEADER + 4 * n for n in sizes]
+        packed = [(f"{prefix}/p{rank}", payload[: sum(n for j, n in enumerate(piece) if j != rank)])]
+        gathered_keys = [f"{prefix}/m/c{j}" for j in range(world) if j != rank]
+
+        def my_range(r: int) -> tuple[str, int, int]:  # my piece in rank r's object: its pieces in chunk order
+            start = sum(n for j, n in enumerate(piece[:rank]) if j != r)
+            return (f"{prefix}/p{r}", start, start + piece[rank])
+
+        incoming_ranges: list[Get] = [my_range(r) for r in range(world) if r != rank]
+        return RawRound(
+            [(packed, [], []), ([], incoming_ranges, merged), ([], list(gathered_keys), [])],
+            names(packed) + names(merged),
+        )
     pieces = [item for j in range(world) if j != rank for item in value(f"{prefix}/p{rank}/c{j}", sizes[j])]
     incoming = [k for r in range(world) if r != rank for k in names(value(f"{prefix}/p{r}/c{rank}", sizes[rank]))]
-    merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     gathered = [k for j in range(world) if j != rank for k in names(value(f"{prefix}/m/c{j}", sizes[j]))]
-    return RawRound([(pieces, [], []), ([], incoming, merged), ([], gathered, [])], names(pieces) + names(merged))
+    return RawRound(
+        [(pieces, [], []), ([], list(incoming), merged), ([], list(gathered), [])], names(pieces) + names(merged)
+    )
 
 
 def grid_plan(
@@ -199,13 +229,13 @@ def grid_plan(
         return sum(sizes[b * r : b * r + r])
 
     row_out = [item for k in row_peers for item in value(f"{prefix}/r{rank}/c{k}", segment(k))]
-    row_in = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
+    row_in: list[Get] = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
     col_out = [item for k in col_peers for item in value(f"{prefix}/k{rank}/c{k}", sizes[k])]
-    col_in = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
+    col_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
-    merged_in = [key for k in col_peers for key in names(value(f"{prefix}/m/c{k}", sizes[k]))]
+    merged_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/m/c{k}", sizes[k]))]
     seg = value(f"{prefix}/s/c{rank}", segment(rank))
-    seg_in = [key for k in row_peers for key in names(value(f"{prefix}/s/c{k}", segment(k)))]
+    seg_in: list[Get] = [key for k in row_peers for key in names(value(f"{prefix}/s/c{k}", segment(k)))]
     return RawRound(
         [(row_out, [], []), ([], row_in, col_out), ([], col_in, merged), ([], merged_in, seg), ([], seg_in, [])],
         names(row_out) + names(col_out) + names(merged) + names(seg),
@@ -229,17 +259,23 @@ def run_raw(raw: RawClient, plan: RawRound, barrier: Barrier) -> None:
 
 def measure(
     rank: int, world: int, channel: Channel, raw: RawClient, barrier: Barrier, pattern: str, d: int, run_id: str
-) -> dict[str, list[tuple[float, float]]]:
-    """Alternate library and raw rounds; return each round's (start, end) on the shared monotonic clock."""
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
+    """Alternate library and raw rounds; return each round's (start, end) on the shared monotonic clock,
+    and the PUTs and GETs (polls included) this rank's library rounds made, per round."""
     x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
     payload = np.random.default_rng(100 + rank).bytes(HEADER + 4 * d)
     comm = ChannelCommunicator(channel, f"bench-{run_id}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S)
     times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
+    counts = {"puts": 0.0, "gets": 0.0}
     for i in range(rounds_for(d) + 1):  # round 0 warms up connections, pools and the server
         barrier.wait(BARRIER_TIMEOUT_S)
+        before = comm.stats()
         started = time.perf_counter()
         comm.allreduce(x)
         times["lib"].append((started, time.perf_counter()))
+        after = comm.stats()
+        for name in counts:
+            counts[name] += after[name] - before[name]
 
         plan = raw_plan(raw, pattern, rank, world, d, f"rawbench/{run_id}/r{i}", payload)
         barrier.wait(BARRIER_TIMEOUT_S)
@@ -249,7 +285,7 @@ def measure(
         barrier.wait(BARRIER_TIMEOUT_S)
         raw.delete_all(plan.written)  # untimed: keep the servers' memory flat
     comm.finish()
-    return times
+    return times, {name: n / (rounds_for(d) + 1) for name, n in counts.items()}
 
 
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
@@ -292,12 +328,13 @@ class Workers:
             self.conns.append(parent)
             self.procs.append(proc)
 
-    def run(self, kind: str, pattern: str, d: int) -> dict[str, list[float]]:
-        """Median-ready round times in ms: per round, last end minus first start over the ranks."""
+    def run(self, kind: str, pattern: str, d: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+        """Median-ready round times in ms (per round, last end minus first start over the ranks),
+        and the PUTs and GETs per worker per round (the mean over the ranks)."""
         run_id = uuid.uuid4().hex[:10]
         for conn in self.conns:
             conn.send((kind, pattern, d, run_id))
-        replies: dict[int, dict[str, list[tuple[float, float]]]] = {}
+        replies: dict[int, tuple[dict[str, list[tuple[float, float]]], dict[str, float]]] = {}
         deadline = time.monotonic() + RESULT_TIMEOUT_S
         while len(replies) < self.world:
             waiting = [c for r, c in enumerate(self.conns) if r not in replies]
@@ -315,10 +352,11 @@ class Workers:
                 replies[rank] = body
         out: dict[str, list[float]] = {}
         for mode in ("lib", "raw"):
-            per_round = zip(*(reply[mode] for reply in replies.values()), strict=True)
+            per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
             spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
             out[mode] = spans[1:]  # drop the warm-up round
-        return out
+        requests = {name: statistics.mean(c[name] for _, c in replies.values()) for name in ("puts", "gets")}
+        return out, requests
 
     def kill(self) -> None:
         for proc in self.procs:
@@ -349,7 +387,10 @@ class Row:
     round_ms: float | None
     raw_ms: float | None
     ratio: float | None  # median over rounds of round / the raw round run right after it
+    puts: float | None = None  # per worker per round, as the library counted them
+    gets: float | None = None  # per worker per round, polls that found nothing included
     note: str = ""
+    vs_best: float | None = None  # auto only: its choice's round / the better fixed pattern's
 
 
 def fmt(value: float | None, spec: str = ".1f") -> str:
@@ -357,13 +398,16 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = f"{'channel':<10} {'W':>2} {'d':>9} {'pattern':<15} {'round ms':>9} {'raw ms':>9} {'ratio':>6}  note"
+    head = (
+        f"{'channel':<10} {'W':>2} {'d':>9} {'pattern':<17} {'round ms':>9} {'raw ms':>9} {'ratio':>6} "
+        f"{'PUTs':>5} {'GETs':>6}  note"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         print(
-            f"{r.channel:<10} {r.world:>2} {r.d:>9.0e} {r.pattern:<15} {fmt(r.round_ms):>9} "
-            f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6}  {r.note}"
+            f"{r.channel:<10} {r.world:>2} {r.d:>9.0e} {r.pattern:<17} {fmt(r.round_ms):>9} "
+            f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6} {fmt(r.puts):>5} {fmt(r.gets):>6}  {r.note}"
         )
 
 
@@ -394,11 +438,37 @@ def print_targets(rows: list[Row]) -> None:
             print(f"  {r.channel} W={r.world} d={r.d:.0e}: ScatterReduce {verdict} than AllReduce")
 
 
+def print_request_targets(rows: list[Row]) -> None:
+    """The targets of fewer, cheaper requests: auto's choices, Memcached's bytes path, S3's PUTs, 2-D's requests."""
+    index = {(r.channel, r.world, r.d, r.pattern): r for r in rows}
+    autos = [r for r in rows if r.pattern == "auto" and r.vs_best is not None]
+    if autos:
+        worst = max(autos, key=lambda r: r.vs_best or 0.0)
+        verdict = "met" if (worst.vs_best or 0.0) <= 1.1 else "MISSED"
+        print(f"  auto within 1.1x of the better fixed pattern in all {len(autos)} cells: worst {worst.vs_best:.2f}x "
+              f"({worst.channel} W={worst.world} d={worst.d:.0e}) ({verdict})")  # fmt: skip
+    for r in rows:
+        if r.channel == "memcached" and r.pattern == "scatter_reduce" and r.d >= 1_000_000 and r.ratio is not None:
+            verdict = "met" if r.ratio <= 1.3 else "MISSED"
+            print(f"  memcached ScatterReduce at most 1.3x raw, W={r.world} d={r.d:.0e}: {r.ratio:.2f}x ({verdict})")
+    s3_puts = sorted({r.puts for r in rows if r.channel == "s3" and r.pattern == "scatter_reduce" and r.puts})
+    if s3_puts:
+        verdict = "met" if s3_puts == [2.0] else "MISSED"
+        print(f"  S3 ScatterReduce PUTs per worker per round = 2: {s3_puts} ({verdict})")
+    for r in rows:
+        flat = index.get((r.channel, r.world, r.d, "scatter_reduce"))
+        if r.pattern == "scatter_reduce_2d" and r.world == 16 and flat and flat.puts is not None and r.puts is not None:
+            ratio = (r.puts + (r.gets or 0.0)) / (flat.puts + (flat.gets or 0.0))
+            verdict = "met" if ratio <= 0.5 else "MISSED"
+            where = f"{r.channel} W=16 d={r.d:.0e}"
+            print(f"  2-D at most half of flat's requests a worker, {where}: {ratio:.2f}x ({verdict})")
+
+
 def write_csv(rows: list[Row], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "note"])
+        out.writerow(["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "puts", "gets", "note"])
         for r in rows:
             out.writerow(
                 [
@@ -409,9 +479,39 @@ def write_csv(rows: list[Row], path: Path) -> None:
                     fmt(r.round_ms, ".2f"),
                     fmt(r.raw_ms, ".2f"),
                     fmt(r.ratio, ".3f"),
+                    fmt(r.puts, ".2f"),
+                    fmt(r.gets, ".2f"),
                     r.note,
                 ]
             )
+
+
+def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: float) -> Row:
+    t, requests = workers.run(kind, pattern, d)
+    ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
+    lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
+    row = Row(kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"])
+    log.info(
+        "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
+        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, requests["puts"],
+        requests["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
+    )  # fmt: skip
+    return row
+
+
+def auto_row(profile: Profile, cell: dict[str, Row]) -> Row:
+    """What ``sync.pattern: auto`` would run in this cell, against the better fixed pattern measured there."""
+    some = next(iter(cell.values()))
+    vector_bytes = 4 * some.d  # the float32 vectors every pattern here sums
+    choice = choose_pattern(profile, some.channel, some.world, vector_bytes, candidates(some.world, compressed=False))
+    chosen = cell[choice.pattern]
+    best = min(cell.values(), key=lambda r: r.round_ms or float("inf"))
+    vs_best = (chosen.round_ms or 0.0) / (best.round_ms or 1.0)
+    return Row(
+        some.channel, some.world, some.d, "auto", chosen.round_ms, chosen.raw_ms, chosen.ratio, chosen.puts,
+        chosen.gets, note=f"chose {choice.pattern}: {vs_best:.2f}x the better fixed ({best.pattern})",
+        vs_best=vs_best,
+    )  # fmt: skip
 
 
 def measure_all(
@@ -422,40 +522,71 @@ def measure_all(
     slow_cap: float,
     started: float,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
+    profile: Profile | None = None,
 ) -> list[Row]:
-    """Every (W, channel, d, pattern), one group of W processes per W."""
+    """Every (W, channel, d, pattern), one group of W processes per W. With ``auto``, every
+    pattern it can choose from is measured in the cell, so its choice is set against them all."""
     rows: list[Row] = []
     for world in worlds:
+        fixed = [p for p in patterns if p != "auto"]
+        if "auto" in patterns:
+            fixed += [p for p in candidates(world, compressed=False) if p not in fixed]
         workers = Workers(world, specs)
         try:
             for kind in kinds:
                 for d in sizes:
-                    for pattern in patterns:
-                        if kind == "dynamodb" and slow_cap and d > slow_cap:
-                            note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
-                            rows.append(Row(kind, world, d, pattern, None, None, None, note))
-                            continue
-                        t = workers.run(kind, pattern, d)
-                        ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
-                        row = Row(
-                            kind, world, d, pattern, statistics.median(t["lib"]), statistics.median(t["raw"]), ratio
-                        )
-                        rows.append(row)
-                        log.info(
-                            "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms; rounds %s, raw %s",
-                            time.monotonic() - started,
-                            kind,
-                            world,
-                            d,
-                            pattern,
-                            row.round_ms,
-                            row.raw_ms,
-                            [round(v, 1) for v in t["lib"]],
-                            [round(v, 1) for v in t["raw"]],
-                        )
+                    if kind == "dynamodb" and slow_cap and d > slow_cap:
+                        note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
+                        rows += [Row(kind, world, d, pattern, None, None, None, note=note) for pattern in patterns]
+                        continue
+                    cell = {pattern: measure_cell(workers, kind, d, pattern, started) for pattern in fixed}
+                    rows += cell.values()
+                    if "auto" in patterns:
+                        rows.append(auto_row(profile or load_profile(None), cell))
         finally:
             workers.close()
     return rows
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    """Round time against d: a panel per channel and W, a line per pattern, its raw round dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(r.channel for r in rows))
+    worlds = sorted({r.world for r in rows})
+    figure, axes = plt.subplots(
+        len(kinds), len(worlds), figsize=(3.2 * len(worlds), 2.6 * len(kinds)), squeeze=False, sharex=True
+    )
+    colours = dict(zip(FIXED, ("tab:blue", "tab:orange", "tab:green"), strict=True))
+    for i, kind in enumerate(kinds):
+        for j, world in enumerate(worlds):
+            ax = axes[i][j]
+            cell = [r for r in rows if r.channel == kind and r.world == world and r.round_ms is not None]
+            for pattern in FIXED:
+                line = sorted((r for r in cell if r.pattern == pattern), key=lambda r: r.d)
+                if line:
+                    ds = [r.d for r in line]
+                    ax.plot(ds, [r.round_ms for r in line], marker="o", color=colours[pattern], label=pattern)
+                    ax.plot(ds, [r.raw_ms for r in line], linestyle="--", color=colours[pattern], linewidth=1)
+            auto = [r for r in cell if r.pattern == "auto"]
+            if auto:
+                ax.scatter([r.d for r in auto], [r.round_ms for r in auto], marker="x", s=60, color="black",
+                           label="auto's choice", zorder=3)  # fmt: skip
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"{kind}, W={world}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("round ms")
+            if i == len(kinds) - 1:
+                ax.set_xlabel("d (float32)")
+    axes[0][0].legend(fontsize=7)
+    figure.suptitle("BSP round; dashed: raw", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -474,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "--patterns", default=",".join(DEFAULT_PATTERNS), help="comma-separated subset of " + ",".join(PATTERNS)
     )
     parser.add_argument("--csv", type=Path, default=CSV_PATH)
+    parser.add_argument("--profile", default=None, help="the profile auto chooses by (default: the shipped one)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)  # progress lines on stderr while the table is built
@@ -507,15 +639,18 @@ def main(argv: list[str] | None = None) -> int:
             with open_channel(specs[kind]) as channel:
                 channel.ensure()
         rows = measure_all(
-            {k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started, patterns
-        )
+            {k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started, patterns,
+            load_profile(args.profile),
+        )  # fmt: skip
     rows.sort(key=lambda r: (kinds.index(r.channel), r.world, r.d, PATTERNS.index(r.pattern)))
     print()
     print_table(rows)
     print_speedups(rows)
     print_targets(rows)
+    print_request_targets(rows)
     write_csv(rows, args.csv)
-    print(f"\nwrote {args.csv} ({time.monotonic() - started:.0f}s in all)")
+    plot(rows, args.csv.with_suffix(".png"))
+    print(f"\nwrote {args.csv} and {args.csv.with_suffix('.png').name} ({time.monotonic() - started:.0f}s in all)")
     return 0
 
 
