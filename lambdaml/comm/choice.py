@@ -11,9 +11,8 @@ import functools
 import logging
 import os
 
-from analytic_model import load_profile
 from analytic_model.pattern_choice import PatternChoice, candidates, choose_pattern
-from analytic_model.profile import Profile
+from analytic_model.profile import Profile, load_profile
 from lambdaml import settings
 from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from analytic_model import load_profile
@@ -53,3 +56,14 @@ def test_a_job_file_names_auto_or_a_pattern_and_the_worker_resolves_it() -> None
     assert pattern_for(memory, 40_000_000) == ("allreduce", None)
     with pytest.raises(ConfigError, match="or auto"):
         parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "ring"}}, "job")
+
+
+def test_a_worker_picks_its_pattern_without_importing_the_advisor() -> None:
+    """Every cold start imports the worker: the advisor, predictions and calibration stay out of it."""
+    code = (
+        "import sys, lambdaml.runtime.worker; "
+        "print(sorted(m for m in sys.modules if m in "
+        "{'analytic_model.advisor', 'analytic_model.prediction', 'analytic_model.calibration'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
