@@ -43,7 +43,7 @@ def client(
 
     Body checksums only where an operation requires one (``checksums``; botocore's default,
     ``when_supported``, adds a CRC-32 of every S3 request body and checks every response's):
-    each value we store carries its own CRC-32 and seal, which catch a truncated or corrupted
+    each value we store carries its own CRC-32C and seal, which catch a truncated or corrupted
     value, and a bad value is retried.
     """
     import boto3

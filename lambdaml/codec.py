@@ -11,11 +11,13 @@ A bundle is several named tensors in one value (a data shard, a model).
 
 from __future__ import annotations
 
+import logging
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import google_crc32c
 import numpy as np
 
 from lambdaml.arrays import Array
@@ -23,7 +25,8 @@ from lambdaml.errors import CodecError
 
 MAGIC = b"LMLT"
 BUNDLE_MAGIC = b"LMLB"
-VERSION = 1
+VERSION = 2  # 2: CRC-32C checksums (hardware, ~8x zlib's CRC-32); 1: zlib's CRC-32, still read
+READABLE_VERSIONS = (1, 2)
 # magic, version, dtype code, ndim, reserved, payload bytes, crc32, reserved
 _HEADER = struct.Struct("<4sBBBBQII")
 # A container's (bundle's or packed value's): magic, version, entry count, crc32 of its table
@@ -47,6 +50,23 @@ _DTYPES: dict[int, np.dtype[Any]] = {
 _CODES = {dtype: code for code, dtype in _DTYPES.items()}
 
 
+log = logging.getLogger(__name__)
+
+if google_crc32c.implementation != "c":  # correct, but each checksum then runs in pure Python
+    log.warning("google-crc32c has no C extension here: checksums will be very slow")
+
+
+def checksum(*parts: bytes | memoryview, version: int = VERSION) -> int:
+    """The checksum of ``parts`` joined (without joining them), as format ``version`` computes it."""
+    crc = 0
+    for part in parts:
+        if version == 1:
+            crc = zlib.crc32(part, crc)
+        else:  # the extension takes bytes or arrays, not memoryviews: view them as an array, no copy
+            crc = google_crc32c.extend(crc, part if isinstance(part, bytes) else np.frombuffer(part, np.uint8))
+    return crc
+
+
 def _pad8(n: int) -> int:
     return (-n) % 8
 
@@ -65,7 +85,7 @@ def encode(array: Array) -> bytes:
     payload = contiguous.reshape(-1).view(np.uint8).data if contiguous.size else memoryview(b"")
     shape = struct.pack(f"<{arr.ndim}Q", *arr.shape)
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), 0, 0)
-    crc = zlib.crc32(payload, zlib.crc32(shape, zlib.crc32(head)))
+    crc = checksum(head, shape, payload)
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), crc, 0)
     return b"".join((head, shape, payload))
 
@@ -92,8 +112,8 @@ def decode(
     magic, version, code, ndim, reserved, length, crc, reserved2 = _HEADER.unpack_from(view)
     if magic != MAGIC:
         raise CodecError(f"{what} is not a LambdaML tensor (bad magic {bytes(magic)!r})")
-    if version != VERSION:
-        raise CodecError(f"{what} has tensor format version {version}; this build reads {VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise CodecError(f"{what} has tensor format version {version}; this build reads {_readable()}")
     if reserved or reserved2:
         raise CodecError(f"{what} is corrupt: reserved header bytes are set")
     if code not in _DTYPES:
@@ -114,7 +134,7 @@ def decode(
     if count * item.itemsize != length:
         raise CodecError(f"{what} shape {dims} does not match its {length} payload bytes")
     head = _HEADER.pack(magic, version, code, ndim, 0, length, 0, 0)
-    actual = zlib.crc32(view[_HEADER.size :], zlib.crc32(head))
+    actual = checksum(head, view[_HEADER.size :], version=version)
     if actual != crc:
         raise CodecError(f"{what} is corrupt: checksum mismatch")
     if dtype is not None and np.dtype(dtype) != item:
@@ -129,36 +149,41 @@ def decode(
 def encode_bundle(arrays: Mapping[str, Array]) -> bytes:
     """Encode named arrays into one value (a data shard, a model's parameters)."""
     parts: list[bytes] = []
-    table_crc = 0
+    table: list[bytes] = []
     for name, array in arrays.items():
         raw_name = name.encode("utf-8")
         tensor = encode(array)
         entry = _ENTRY.pack(len(raw_name), len(tensor)) + raw_name
-        table_crc = zlib.crc32(entry, table_crc)
+        table.append(entry)
         parts.append(entry + b"\0" * _pad8(len(raw_name)))
         parts.append(tensor + b"\0" * _pad8(len(tensor)))
-    return _CONTAINER_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), table_crc) + b"".join(parts)
+    return _CONTAINER_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), checksum(*table)) + b"".join(parts)
 
 
-def _container_header(view: memoryview, magic: bytes, kind: str, what: str) -> tuple[int, int]:
-    """A bundle's or packed value's entry count and table CRC, once its magic and version check out."""
+def _container_header(view: memoryview, magic: bytes, kind: str, what: str) -> tuple[int, int, int]:
+    """A bundle's or packed value's format version, entry count and table checksum, once its magic
+    and version check out."""
     if len(view) < _CONTAINER_HEADER.size:
         raise CodecError(f"{what} is truncated: {len(view)} bytes")
     found, version, count, table_crc = _CONTAINER_HEADER.unpack_from(view)
     if found != magic:
         raise CodecError(f"{what} is not a LambdaML {kind} (bad magic {bytes(found)!r})")
-    if version != VERSION:
-        raise CodecError(f"{what} has {kind} format version {version}; this build reads {VERSION}")
-    return count, table_crc
+    if version not in READABLE_VERSIONS:
+        raise CodecError(f"{what} has {kind} format version {version}; this build reads {_readable()}")
+    return version, count, table_crc
+
+
+def _readable() -> str:
+    return " and ".join(map(str, READABLE_VERSIONS))
 
 
 def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle") -> dict[str, Array]:
     """Decode and verify every array of a bundle (zero-copy)."""
     view = memoryview(data).cast("B")
-    count, table_crc = _container_header(view, BUNDLE_MAGIC, "bundle", what)
+    version, count, table_crc = _container_header(view, BUNDLE_MAGIC, "bundle", what)
     offset = _CONTAINER_HEADER.size
     out: dict[str, Array] = {}
-    crc = 0
+    table: list[memoryview] = []
     entries: list[tuple[str, memoryview]] = []
     for _ in range(count):
         if offset + _ENTRY.size > len(view):
@@ -169,14 +194,14 @@ def decode_bundle(data: bytes | bytearray | memoryview, *, what: str = "bundle")
         tensor_start = name_end + _pad8(name_len)
         if tensor_start + tensor_len + _pad8(tensor_len) > len(view):
             raise CodecError(f"{what} is truncated")
-        crc = zlib.crc32(view[offset - _ENTRY.size : name_end], crc)
+        table.append(view[offset - _ENTRY.size : name_end])
         try:
             name = bytes(view[offset:name_end]).decode("utf-8")
         except UnicodeDecodeError:
             raise CodecError(f"{what} has an entry name that is not UTF-8") from None
         entries.append((name, view[tensor_start : tensor_start + tensor_len]))
         offset = tensor_start + tensor_len + _pad8(tensor_len)
-    if crc != table_crc:
+    if checksum(*table, version=version) != table_crc:
         raise CodecError(f"{what} is corrupt: entry table checksum mismatch")
     for name, tensor in entries:
         if name in out:
@@ -214,7 +239,7 @@ def encode_packed(values: Sequence[bytes]) -> bytes:
     """Pack byte strings into one value; ``packed_slots`` of their lengths says where each lies."""
     slots = packed_slots([len(v) for v in values])
     table = b"".join(_SLOT.pack(start, stop - start) for start, stop in slots)
-    parts = [_CONTAINER_HEADER.pack(PACKED_MAGIC, VERSION, len(values), zlib.crc32(table)), table]
+    parts = [_CONTAINER_HEADER.pack(PACKED_MAGIC, VERSION, len(values), checksum(table)), table]
     for value in values:
         parts += (value, b"\0" * _pad8(len(value)))
     return b"".join(parts)
@@ -227,11 +252,11 @@ def decode_packed_index(
     view = memoryview(data).cast("B")
     if len(view) != packed_index_bytes(slots):
         raise CodecError(f"{what} index is truncated: {len(view)} bytes, expected {packed_index_bytes(slots)}")
-    count, crc = _container_header(view, PACKED_MAGIC, "packed value", what)
+    version, count, crc = _container_header(view, PACKED_MAGIC, "packed value", what)
     if count != slots:
         raise CodecError(f"{what} holds {count} values, expected {slots}")
     table = view[_CONTAINER_HEADER.size :]
-    if zlib.crc32(table) != crc:
+    if checksum(table, version=version) != crc:
         raise CodecError(f"{what} is corrupt: index checksum mismatch")
     out = []
     for i in range(slots):

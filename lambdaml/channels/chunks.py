@@ -3,7 +3,7 @@
 The parts go first and the manifest last, so a reader that finds the key finds every part.
 Every part starts with its write's random id, which the manifest names: parts of two writes of
 a key are never joined, and no checksum pass over the bytes is needed (the value inside carries
-its own: the codec's CRC-32 and the seal).
+its own: the codec's CRC-32C and the seal).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def rebuild(
     length = len(payload) if length is None else length
     dims = struct.pack(f"<{len(shape)}Q", *shape)
     head = codec._HEADER.pack(magic, version, code, len(shape), 0, length, 0, 0)
-    crc = zlib.crc32(payload, zlib.crc32(dims, zlib.crc32(head)))
+    crc = codec.checksum(head, dims, payload, version=1 if version == 1 else codec.VERSION)
     return codec._HEADER.pack(magic, version, code, len(shape), 0, length, crc, 0) + dims + payload
 
 
@@ -184,7 +184,21 @@ def test_bad_magic() -> None:
 
 
 def test_unknown_version() -> None:
-    reject(rebuild(version=2), "version 2")
+    reject(rebuild(version=3), "version 3; this build reads 1 and 2")
+
+
+def test_a_value_of_the_previous_format_still_decodes() -> None:
+    """Datasets, models and checkpoints stored by a build that wrote version 1 (zlib's CRC-32) stay readable."""
+    payload = np.arange(4, dtype="<f4").tobytes()
+    old = rebuild(version=1, shape=(4,), payload=payload)
+    np.testing.assert_array_equal(codec.decode(old), np.arange(4, dtype="<f4"))
+    # The same bytes under the current version's header carry the wrong kind of checksum.
+    crc_v1 = struct.unpack_from("<I", old, 16)[0]
+    relabelled = old[:4] + bytes([codec.VERSION]) + old[5:]
+    assert crc_v1 != codec.checksum(relabelled[:16] + b"\0" * 8, relabelled[HEADER:])
+    reject(relabelled, "checksum mismatch")
+    # zlib's CRC-32 and CRC-32C differ on the same bytes: the version says which one was used.
+    assert codec.checksum(b"abc", version=1) == zlib.crc32(b"abc") != codec.checksum(b"abc")
 
 
 def test_unknown_dtype_code() -> None:

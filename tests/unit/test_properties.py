@@ -14,7 +14,6 @@ import pickle
 import struct
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,22 +49,24 @@ def scratch() -> Iterator[Path]:
 
 
 def forge_tensor(code: int, dims: list[int], payload: bytes) -> bytes:
-    """A tensor header with a correct CRC-32 around whatever code, shape and payload."""
+    """A tensor header with a correct checksum around whatever code, shape and payload."""
     shape = struct.pack(f"<{len(dims)}Q", *dims)
     head = codec._HEADER.pack(codec.MAGIC, codec.VERSION, code, len(dims), 0, len(payload), 0, 0)
-    crc = zlib.crc32(payload, zlib.crc32(shape, zlib.crc32(head)))
+    crc = codec.checksum(head, shape, payload)
     return codec._HEADER.pack(codec.MAGIC, codec.VERSION, code, len(dims), 0, len(payload), crc, 0) + shape + payload
 
 
 def forge_bundle(entries: list[tuple[bytes, bytes]], count: int | None = None) -> bytes:
     """A bundle whose entry table checksum is right, whatever the entries hold."""
-    parts, crc = [], 0
+    parts, table = [], []
     for name, tensor in entries:
         entry = codec._ENTRY.pack(len(name), len(tensor)) + name
-        crc = zlib.crc32(entry, crc)
+        table.append(entry)
         parts.append(entry + b"\0" * codec._pad8(len(name)) + tensor + b"\0" * codec._pad8(len(tensor)))
     count = len(entries) if count is None else count
-    return codec._CONTAINER_HEADER.pack(codec.BUNDLE_MAGIC, codec.VERSION, count, crc) + b"".join(parts)
+    return codec._CONTAINER_HEADER.pack(codec.BUNDLE_MAGIC, codec.VERSION, count, codec.checksum(*table)) + b"".join(
+        parts
+    )
 
 
 def decodes_or_refuses(decode: Callable[[bytes], Any], data: bytes) -> Any:
