@@ -159,7 +159,7 @@ class TableRegistry(JobRegistry):
         except (BotoCoreError, ClientError, ConnectionError) as exc:  # the bucket holds the truth; the job goes on
             error = translate_botocore(exc, service="dynamodb", endpoint=self.client.meta.endpoint_url, what="put_item")
             log.error(
-                "job %s: its state %r is in the bucket but not in %s (%s); lambdaml jobs reads it from the bucket",
+                "job %s: its state %r is in the bucket but not in %s (%s); lambdaml status reads the bucket",
                 record.job_id, record.state, self.table, error,
             )  # fmt: skip
 
