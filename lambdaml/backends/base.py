@@ -54,16 +54,16 @@ class Run:
     handle: Any = None  # the backend's own: processes, a torchrun, nothing for a stack
 
 
-def known_job(store: Channel, job_id: str) -> JobSpec:
-    """The spec a job was started with; a job the bucket has no record of is an error."""
-    if records.status(store, job_id).get("state") == "unknown":
-        raise JobFailed(f"no job {job_id!r} in {store.describe()}")
-    return records.stored_job(store, job_id)
-
-
-def status_with_heartbeats(store: Channel, job_id: str, job: JobSpec) -> dict[str, Any]:
-    """The job's state record, with the heartbeats of its current attempt: what a status shows."""
+def known_state(store: Channel, job_id: str) -> dict[str, Any]:
+    """The job's state record; a job the bucket has no record of is an error."""
     state = records.status(store, job_id)
+    if state.get("state") == "unknown":
+        raise JobFailed(f"no job {job_id!r} in {store.describe()}")
+    return state
+
+
+def with_heartbeats(store: Channel, job_id: str, job: JobSpec, state: dict[str, Any]) -> dict[str, Any]:
+    """A state record with the heartbeats of its attempt and the job's epochs: what a status shows."""
     attempt = int(state.get("attempt", 1))
     beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
     heartbeats = [json.loads(beats[k]) for k in sorted(beats)]
@@ -92,7 +92,8 @@ class Backend(ABC):
     def status(self, job_id: str) -> dict[str, Any]:
         """The job's state record, with the heartbeats of its current attempt (``workers``)."""
         store = self.store()
-        return status_with_heartbeats(store, job_id, known_job(store, job_id))
+        state = known_state(store, job_id)
+        return with_heartbeats(store, job_id, records.stored_job(store, job_id), state)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Ask a running job to stop: its workers see the marker at their next heartbeat."""

@@ -110,16 +110,17 @@ def show_status(job_id: str, status: dict[str, Any], output: str, *, lines: bool
 
 def watch_status(backend: Any, args: argparse.Namespace) -> int:
     """Show the status each time it changes, until the job ends; bounded like ``watch`` when nothing moves."""
-    from lambdaml.backends.base import known_job, status_with_heartbeats
+    from lambdaml.backends.base import known_state, with_heartbeats
     from lambdaml.runtime import records
 
     store = backend.store()  # one client, and the spec read once, for every look
-    job = known_job(store, args.job_id)
+    known_state(store, args.job_id)
+    job = records.stored_job(store, args.job_id)
     limit = job.sync.timeout_s + 60
     last_seen, last_change = None, time.monotonic()
     try:
         while True:
-            status = status_with_heartbeats(store, args.job_id, job)
+            status = with_heartbeats(store, args.job_id, job, records.status(store, args.job_id))
             seen = (
                 status.get("state"),
                 status.get("updated_at"),
