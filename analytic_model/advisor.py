@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import PATTERNS, grid_shape
 from analytic_model.prediction import Infeasible, Prediction, iaas_fits, memory_needed_mb, predict_faas, predict_iaas
 from analytic_model.profile import Profile, aws_profile
-from analytic_model.tables import price_table, prices
+from analytic_model.tables import ARCHITECTURES, price_table, prices
+from analytic_model.uncertainty import Uncertainty, overlap
 from analytic_model.workload import Workload
 from lambdaml.errors import ConfigError
 
@@ -59,13 +61,44 @@ class Advice:
         return min(rows, key=lambda p: (p.time_s, p.cost)) if rows else None
 
     @property
+    def uncertainty(self) -> Uncertainty | None:
+        """The profile's uncertainty, which every row carries."""
+        return self.rows[0].uncertainty if self.rows else None
+
+    @property
+    def runner_up(self) -> Prediction | None:
+        """The best row by the same measure as ``recommended`` over another option (channel or instance type)."""
+        best = self.recommended
+        others = [p for p in self.rows if (p.platform, p.option) != (best.platform, best.option)]
+        return min(others, key=lambda p: (p.time_s * p.cost, p.time_s)) if others else None
+
+    @property
+    def too_close_to_call(self) -> tuple[Prediction, Prediction] | None:
+        """The recommended row and the runner-up where their ranges overlap in both time and cost:
+        the model cannot tell which of the two is better."""
+        best, other = self.recommended, self.runner_up
+        if other is None:
+            return None
+        close = overlap(best.time_range_s, other.time_range_s) and overlap(best.cost_range, other.cost_range)
+        return (best, other) if close else None
+
+    @property
     def recommendation(self) -> str:
         best, fast, cheap = self.recommended, self.fastest, self.cheapest
-        line = f"recommended: {best.label}: {_time(best.time_s)}, {_money(best.cost)}"
-        if fast is not best:
-            line += f"; fastest: {fast.label}: {_time(fast.time_s)}, {_money(fast.cost)}"
-        if cheap is not best:
-            line += f"; cheapest: {cheap.label}: {_time(cheap.time_s)}, {_money(cheap.cost)}"
+        close = self.too_close_to_call
+        if close is None:
+            named = [best]
+            line = f"recommended: {best.label}: {estimate(best)}"
+        else:
+            named = list(close)
+            line = (
+                f"too close to call: {close[0].label}: {estimate(close[0])} against {close[1].label}: "
+                f"{estimate(close[1])} (their ranges overlap in time and in cost)"
+            )
+        if all(fast is not p for p in named):
+            line += f"; fastest: {fast.label}: {estimate(fast)}"
+        if all(cheap is not p for p in named):
+            line += f"; cheapest: {cheap.label}: {estimate(cheap)}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +110,7 @@ class Advice:
             "prices_checked": price_table().get("_checked"),
             "recommendation": self.recommendation,
             "recommended": self.recommended.to_dict(),
+            "too_close_to_call": [p.label for p in close] if (close := self.too_close_to_call) else None,
             "pareto": [p.to_dict() for p in self.pareto],
             "rows": [{**p.to_dict(), "pareto": id(p) in front} for p in self.rows],
             "skipped": self.skipped,
@@ -144,9 +178,13 @@ def advise(
     instances: Sequence[str] | None = None,
     region: str = "us-east-1",
     cache_node: str | None = None,
-    architecture: str = "x86_64",
+    architecture: str | Sequence[str] = "x86_64",
 ) -> Advice:
-    """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS)."""
+    """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS).
+
+    ``architecture``: one Lambda architecture or several (FaaS rows for each); ``channels`` may name a
+    channel the model knows only (``MODELLED_ONLY``: S3 Express), which is never tried unless named.
+    """
     profile = profile or aws_profile()
     workload.check(profile)
     table = prices(region)
@@ -159,6 +197,16 @@ def advise(
     channel_list = list(channels) if channels is not None else [c for c in FAAS_CHANNELS if c in profile.channels]
     for channel in channel_list:
         profile.channel(channel)
+        if channel in MODELLED_ONLY and channel not in table:
+            raise ConfigError(f"no {region} prices for channel {channel!r} ({MODELLED_ONLY[channel]})")
+    architectures = [architecture] if isinstance(architecture, str) else list(dict.fromkeys(architecture))
+    for arch in architectures:
+        if arch not in ARCHITECTURES:
+            raise ConfigError(f"unknown Lambda architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+    if not architectures:
+        raise ConfigError("no Lambda architecture to try")
+    # One worker has nothing to synchronize: its row names a channel that exists.
+    single = next((c for c in channel_list if c not in MODELLED_ONLY), "s3")
     instance_list = list(instances) if instances is not None else sorted(set(table["ec2"]) & set(profile.instances))
     for name in instance_list:
         profile.instance(name)
@@ -174,17 +222,19 @@ def advise(
                 skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")
                 continue
             # One worker has nothing to synchronize: one row per memory size.
-            combos = [(channel_list[0] if channel_list else "s3", PATTERNS[0])] if w == 1 else [
+            combos = [(single, PATTERNS[0])] if w == 1 else [
                 (channel, pattern) for channel in channel_list for pattern in _distinct(patterns, w)
             ]  # fmt: skip
-            for channel, pattern in combos:
+            for (channel, pattern), arch in [(combo, arch) for combo in combos for arch in architectures]:
                 try:
-                    rows.append(
-                        predict_faas(workload, w, channel, pattern, memory, profile, region=region,
-                                     cache_node=cache_node, architecture=architecture)
-                    )  # fmt: skip
+                    row = predict_faas(workload, w, channel, pattern, memory, profile, region=region,
+                                       cache_node=cache_node, architecture=arch)  # fmt: skip
                 except Infeasible as exc:
-                    skipped.append(f"FaaS {w} x {memory} MB over {channel}: {exc}")
+                    why = f"FaaS {w} x {memory} MB over {channel}: {exc}"
+                    if why not in skipped:  # once, not once per architecture
+                        skipped.append(why)
+                    continue
+                rows.append(replace(row, label_architecture=True) if len(architectures) > 1 else row)
         for name in instance_list:
             if not iaas_fits(workload, w, name, profile):
                 skipped.append(f"IaaS {w} x {name}: its memory does not hold a shard of the dataset")
@@ -256,6 +306,12 @@ def epochs_to_target(result: dict[str, Any], target_loss: float) -> float:
         f"the run never reached loss {target_loss:g} in {len(curve)} epochs (best {best:.5f}); "
         "run it longer or pick a higher target"
     )
+
+
+def estimate(p: Prediction) -> str:
+    """A prediction's time and cost with their ranges: ``12.3s (9.5s-17.6s), $0.0070 ($0.0054-$0.0100)``."""
+    (t_low, t_high), (c_low, c_high) = p.time_range_s, p.cost_range
+    return f"{_time(p.time_s)} ({_time(t_low)}-{_time(t_high)}), {_money(p.cost)} ({_money(c_low)}-{_money(c_high)})"
 
 
 def _time(seconds: float) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analytic_model.profile import InstanceSpec, ModelInfo, Profile, compute_key
+from analytic_model.tables import ARCHITECTURES
 from analytic_model.workload import Schedule, Workload
+from lambdaml.errors import ConfigError
 
 
 def lambda_vcpus(memory_mb: float, profile: Profile) -> float:
@@ -30,6 +32,13 @@ def faas_speed(profile: Profile, memory_mb: float, workers: int) -> float:
     if shared is not None:
         return min(1.0, shared / workers)  # local worker processes are single-threaded
     return parallel_speed(lambda_vcpus(memory_mb, profile), profile)
+
+
+def architecture_speed(profile: Profile, architecture: str) -> float:
+    """A Lambda vCPU's speed on ``architecture`` against an x86_64 one (arm64: an assumption of the profile's)."""
+    if architecture not in ARCHITECTURES:
+        raise ConfigError(f"unknown Lambda architecture {architecture!r}; known: {', '.join(ARCHITECTURES)}")
+    return profile.compute.arm64_speed if architecture == "arm64" else 1.0
 
 
 def gflops(profile: Profile, kind: str) -> float:

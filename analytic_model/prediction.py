@@ -13,11 +13,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import Requests, collective, ring_allreduce_s
-from analytic_model.compute import compute_rates, faas_speed, iaas_speed, round_compute_s
+from analytic_model.compute import architecture_speed, compute_rates, faas_speed, iaas_speed, round_compute_s
 from analytic_model.profile import Profile
-from analytic_model.tables import gb_second_price, prices, request_dollars
+from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
 from analytic_model.transfers import Polling
+from analytic_model.uncertainty import Range, Uncertainty
 from analytic_model.workload import Workload, schedule
 from lambdaml.errors import ConfigError
 
@@ -47,17 +49,38 @@ class Prediction:
     requests: dict[str, float] = field(default_factory=dict)  # per round, all workers
     invocations: int = 0
     compute_from: str = ""
+    architecture: str | None = None  # FaaS: the functions' instruction set (x86_64, arm64)
+    # Whether the label names x86_64 too (the advisor sets it where both architectures are tried).
+    label_architecture: bool = False
+    notes: tuple[str, ...] = ()  # e.g. that the channel is modelled only
+    uncertainty: Uncertainty | None = None  # the profile's: how far a measurement may fall from this
 
     @property
     def label(self) -> str:
+        notes = "".join(f"; {note}" for note in self.notes)
         if self.platform == "faas":
             memory = f", {self.memory_mb} MB" if self.memory_mb else ""
             how = f"{self.option}, {self.pattern}" if self.workers > 1 else "no channel"
-            return f"FaaS {self.workers} x Lambda ({how}{memory})"
-        return f"IaaS {self.workers} x {self.option}"
+            arch = f", {self.architecture}" if self.architecture == "arm64" or self.label_architecture else ""
+            return f"FaaS {self.workers} x Lambda ({how}{memory}{arch}{notes})"
+        return f"IaaS {self.workers} x {self.option}" + (f" ({notes[2:]})" if notes else "")
+
+    @property
+    def time_range_s(self) -> Range:
+        """Where a measured time would fall, by the profile's uncertainty."""
+        return self.uncertainty.time_range(self.time_s) if self.uncertainty else (self.time_s, self.time_s)
+
+    @property
+    def cost_range(self) -> Range:
+        return self.uncertainty.cost_range(self.cost) if self.uncertainty else (self.cost, self.cost)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "label": self.label}
+        return {
+            **asdict(self),
+            "label": self.label,
+            "time_range_s": list(self.time_range_s),
+            "cost_range": list(self.cost_range),
+        }
 
 
 def memory_needed_mb(profile: Profile, shard_bytes: float) -> float:
@@ -79,7 +102,8 @@ def predict_faas(
 ) -> Prediction:
     """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``.
 
-    ``architecture`` sets the GB-second price; the compute speed is the profile's on either.
+    ``architecture`` sets the GB-second price and, by the profile's ``compute.arm64_speed``, the
+    compute speed. A channel in ``MODELLED_ONLY`` (S3 Express) is predicted with a note saying so.
     """
     info = workload.check(profile)
     if workers < 1:
@@ -90,9 +114,12 @@ def predict_faas(
         raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory_mb}")
     perf = profile.channel(channel)
     table = prices(region)
+    if channel in MODELLED_ONLY and channel not in table:
+        priced = ", ".join(sorted(r for r, section in price_table()["regions"].items() if channel in section))
+        raise ConfigError(f"no {region} prices for channel {channel!r}; priced in: {priced}")
     sched = schedule(workload, workers)
     rates = compute_rates(workload, info, profile)
-    speed = faas_speed(profile, memory_mb, workers)
+    speed = faas_speed(profile, memory_mb, workers) * architecture_speed(profile, architecture)
     shard = workload.dataset_bytes / workers
     vector = workload.vector_bytes(info)
     header = profile.codec_header_bytes
@@ -158,6 +185,9 @@ def predict_faas(
         requests={k: v for k, v in asdict(comm.requests).items()},
         invocations=workers * invocations,
         compute_from=rates.source,
+        architecture=architecture,
+        notes=(MODELLED_ONLY[channel],) if channel in MODELLED_ONLY else (),
+        uncertainty=profile.uncertainty,
     )
 
 
@@ -231,6 +261,7 @@ def predict_iaas(
         },
         costs={"ec2": ec2_dollars, "storage": storage_dollars},
         compute_from=rates.source,
+        uncertainty=profile.uncertainty,
     )
 
 

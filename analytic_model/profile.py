@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.records import INTERNAL, KEY, Reader, json_name, to_json
 from analytic_model.tables import aws_defaults, plain, sources
+from analytic_model.uncertainty import Uncertainty
 from lambdaml.errors import ConfigError
 
 PROFILE_VERSION = 1
@@ -118,6 +119,7 @@ class ComputeFigures:
     add_Bps: float
     multithread_efficiency: float
     measured: Mapping[str, MeasuredCompute] = field(default_factory=dict)  # by ``compute_key``
+    arm64_speed: float = 1.0  # an arm64 (Graviton) Lambda vCPU against an x86_64 one
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ class Profile:
     models: Mapping[str, ModelInfo]
     poll: PollFigures
     codec_header_bytes: int
+    uncertainty: Uncertainty  # how far a measurement may fall from a prediction
     created: str | None = None  # a calibrated profile's: when, and on which machine
     host: Host | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, metadata=INTERNAL)

@@ -98,6 +98,12 @@ def request_dollars(
     if kind == "s3":
         s3 = table["s3"]
         return float((puts + lists + deletes) * s3["put_like_request"] + gets * s3["get_like_request"])
+    if kind == "s3express":
+        express = table["s3express"]
+        requests = (puts + lists + deletes) * express["put_like_request"] + gets * express["get_like_request"]
+        upload = _gb_over_free_part(bytes_sent, puts) * express["upload_gb_over_512kb"]
+        retrieval = _gb_over_free_part(bytes_received, gets) * express["retrieval_gb_over_512kb"]
+        return float(requests + upload + retrieval)
     if kind == "dynamodb":
         # One write unit per KB written, one consistent read unit per 4 KB read, at least one per request.
         writes = max(bytes_sent / 1024, puts)
@@ -105,3 +111,16 @@ def request_dollars(
         unit = table["dynamodb"]
         return float(writes * unit["write_request_unit"] + reads * unit["read_request_unit"])
     return 0.0
+
+
+#: S3 Express One Zone charges per GB only for the part of each request above this size.
+S3EXPRESS_FREE_BYTES = 512 * 1024
+GB = 2**30
+
+
+def _gb_over_free_part(total_bytes: float, requests: float) -> float:
+    """GB above the free 512 KB of each request, as if every request carried the mean size (a pattern's
+    values in one round are all the same size, except the 2-D pattern's two kinds: there a lower bound)."""
+    if requests <= 0:
+        return 0.0
+    return requests * max(total_bytes / requests - S3EXPRESS_FREE_BYTES, 0.0) / GB

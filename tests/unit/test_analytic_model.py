@@ -45,7 +45,8 @@ def test_price_table_keeps_its_shape_and_covers_cpu_and_gpu_instances() -> None:
     assert table["_source"] and table["_checked"]
     assert len(table["regions"]) >= 3
     for region, section in table["regions"].items():
-        assert set(section) == {"lambda", "s3", "dynamodb", "elasticache", "ec2"}, region
+        # S3 Express One Zone (modelled only) is priced where its prices were checked, us-east-1.
+        assert set(section) - {"s3express"} == {"lambda", "s3", "dynamodb", "elasticache", "ec2"}, region
         assert {"p3.2xlarge", "g4dn.xlarge", "g5.xlarge", "c5.large", "c5.4xlarge", "m5.xlarge"} <= set(section["ec2"])
         assert all(v > 0 for v in section["ec2"].values()) and all(v > 0 for v in section["elasticache"].values())
     # What lambdaml.cost reads is still where it was.
@@ -316,7 +317,8 @@ def test_advise_sweeps_skips_what_does_not_fit_and_recommends_from_the_front() -
     kinds = {(r.platform, r.option, r.pattern) for r in advice.rows if r.workers == 4}
     assert ("faas", "dynamodb", "scatter_reduce") in kinds and ("iaas", "c5.large", None) in kinds
     data = json.loads(advice.to_json())
-    assert data["recommendation"].startswith("recommended: ")
+    # Where the two best options' ranges overlap, the line says so instead of naming one.
+    assert data["recommendation"].startswith("too close to call: " if data["too_close_to_call"] else "recommended: ")
     assert sum(r["pareto"] for r in data["rows"]) == len(advice.pareto)
 
 
