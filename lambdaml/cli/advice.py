@@ -156,7 +156,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         instances=_names(args.instances, "instances") if args.instances else None,
         region=args.region,
         cache_node=args.cache_node,
-        architecture=args.architecture,
+        architecture=args.arch,
     )
     plot = advice.plot(args.plot) if args.plot else None
     if args.output == "json":

@@ -200,7 +200,8 @@ def advice_table(advice: Any, *, every: bool) -> Table:
         t = p.time
         if p.platform == "faas":
             how = f" {p.option} {_PATTERN_SHORT.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
-            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB"
+            arch = f" {p.architecture}" if p.architecture == "arm64" or p.label_architecture else ""
+            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB{arch}" + (" ~" if p.notes else "")
         else:
             where = f"IaaS {p.workers:>3} {p.option}"
         table.add_row(
@@ -226,6 +227,17 @@ def _print_advice(advice: Any, *, every: bool) -> None:
         ),
     )
     console.print(advice_table(advice, every=every))
+    for note in sorted({note for p in advice.rows for note in p.notes}):
+        kinds = sorted({p.option for p in advice.rows if note in p.notes})
+        console.print(f"~ {', '.join(kinds)}: {note} (a prediction for a channel lambdaml cannot run)")
+    spread = advice.uncertainty
+    if spread is not None:
+        console.print(
+            f"ranges: a measured time may fall {1 / (1 + spread.time_fraction) - 1:+.0%} to "
+            f"{1 / (1 - spread.time_fraction) - 1:+.0%} from its prediction, a cost "
+            f"{1 / (1 + spread.cost_fraction) - 1:+.0%} to {1 / (1 - spread.cost_fraction) - 1:+.0%} "
+            "(the profile's uncertainty; --json gives every row's)"
+        )
     if advice.skipped:
         console.print(f"{len(advice.skipped)} configurations skipped (e.g. {advice.skipped[0]})")
     console.print(advice.recommendation)

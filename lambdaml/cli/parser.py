@@ -10,6 +10,8 @@ import argparse
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
+from analytic_model.channel_perf import MODELLED_ONLY
+from analytic_model.tables import ARCHITECTURES
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
@@ -375,9 +377,10 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
     advise.add_argument(
         "--channels",
-        type=names_in("channel", catalogue.SHARED_CHANNELS),
+        type=names_in("channel", (*catalogue.SHARED_CHANNELS, *MODELLED_ONLY)),
         default=None,
-        help="channels to try (default: all the profile knows)",
+        help="channels to try (default: all the profile knows; s3express, S3 Express One Zone, is modelled only "
+        "and tried only when named)",
     )
     advise.add_argument(
         "--patterns",
@@ -389,10 +392,13 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
     advise.add_argument("--region", default="us-east-1", help="whose prices (default: %(default)s)")
     advise.add_argument(
+        "--arch",
         "--architecture",
-        choices=["x86_64", "arm64"],
+        dest="arch",
+        type=names_in("architecture", ARCHITECTURES),
         default="x86_64",
-        help="Lambda's instruction set: arm64 bills about 20%% less per GB-second (default: %(default)s)",
+        help="Lambda instruction sets to try, e.g. x86_64,arm64: arm64 bills about 20%% less per GB-second "
+        "(default: %(default)s)",
     )
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for redis/memcached")
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")

@@ -19,7 +19,7 @@ def test_advise_prints_a_table_and_one_recommendation(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "lr with admm: 11,000,000 samples, 1.2 GB, 10 epochs" in out
     assert "IaaS  10 c5.large" in out and "FaaS  10 s3 " in out and "FaaS   2 dynamodb " in out
-    assert out.count("recommended: ") == 1
+    assert out.count("recommended: ") + out.count("too close to call: ") == 1
     assert any(line.lstrip().startswith("*") for line in out.splitlines())  # Pareto rows are marked
 
 
