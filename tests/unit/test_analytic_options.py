@@ -190,3 +190,56 @@ def test_clearly_separated_options_get_a_recommendation() -> None:
     # Rows of one option (one channel, several memories) are not two options.
     same = Advice(HIGGS, "us-east-1", "aws", [row("s3", 10.0, 0.010), row("s3", 10.5, 0.0099)])
     assert same.too_close_to_call is None and json.loads(same.to_json())["too_close_to_call"] is None
+
+
+# ---- the sanity properties over the new options ---------------------------------------------------
+
+
+def test_the_sanity_properties_hold_for_arm64_and_s3express(monkeypatch: pytest.MonkeyPatch) -> None:
+    from analytic_model import prediction as prediction_module
+    from tests.unit.test_analytic_sanity import MOST_DOLLARS, MOST_S, WORKLOADS, faster_channels
+
+    profile, faster = aws_profile(), faster_channels(aws_profile(), 2.0)
+    grid = [
+        (model, workers, memory, pattern, arch)
+        for model in ("lr", "mlp")
+        for workers in (1, 2, 10, 100)
+        for memory in (1024, 10240)
+        for pattern in ("allreduce", "scatter_reduce")
+        for arch in ("x86_64", "arm64")
+    ]
+
+    def run(p: object, model: str, workers: int, memory: int, pattern: str, arch: str) -> Prediction:
+        return predict_faas(WORKLOADS[model], workers, "s3express", pattern, memory, p, architecture=arch)  # type: ignore[arg-type]
+
+    base = {args: run(profile, *args) for args in grid}
+    for args, p in base.items():
+        assert all(v >= 0 and v == v for v in (p.time_s, p.cost, *p.time.values())), args  # no NaN, no negative
+        assert p.time_s < MOST_S and p.cost < MOST_DOLLARS, args
+        assert run(faster, *args).time_s <= p.time_s * (1 + 1e-12), args
+        if args[-1] == "arm64":
+            x86 = base[(*args[:-1], "x86_64")]
+            assert p.time_s == x86.time_s and p.cost < x86.cost, args
+
+    def dearer(region: str) -> dict:  # type: ignore[type-arg]
+        def scale(value: object) -> object:
+            if isinstance(value, dict):
+                return {k: scale(v) for k, v in value.items()}
+            return value * 1.5 if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+        return scale(prices(region))  # type: ignore[return-value]
+
+    monkeypatch.setattr(prediction_module, "prices", dearer)
+    for args, p in base.items():
+        assert run(profile, *args).cost >= p.cost, args
+
+
+def test_a_wider_spread_turns_a_recommendation_into_too_close_to_call() -> None:
+    def advised(fraction: float) -> Advice:
+        profile = with_figures(aws_profile(), {"uncertainty": {"time_fraction": fraction, "cost_fraction": fraction}})
+        return advise(HIGGS, profile, workers=[10], memory_mb=[3008], instances=["c5.large"], channels=["s3", "redis"])
+
+    sure, unsure = advised(0.0), advised(0.6)
+    assert sure.recommended.label == unsure.recommended.label  # the same estimate either way
+    assert sure.too_close_to_call is None and sure.recommendation.startswith("recommended: ")
+    assert unsure.too_close_to_call is not None and unsure.recommendation.startswith("too close to call: ")
