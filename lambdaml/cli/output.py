@@ -186,6 +186,8 @@ def _print_profile(measured: dict[str, Any]) -> None:
 
 #: How the advice table names a communication pattern.
 _PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR", "scatter_reduce_2d": "SR2D"}
+#: ... and a Lambda architecture (the table is 80 columns wide when not a terminal).
+_ARCH_SHORT = {"x86_64": "x86", "arm64": "arm"}
 
 
 def advice_table(advice: Any, *, every: bool) -> Table:
@@ -199,9 +201,11 @@ def advice_table(advice: Any, *, every: bool) -> Table:
     for p, best in rows if every else advice.summary_rows():
         t = p.time
         if p.platform == "faas":
-            how = f" {p.option} {_PATTERN_SHORT.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
-            arch = f" {p.architecture}" if p.architecture == "arm64" or p.label_architecture else ""
-            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB{arch}" + (" ~" if p.notes else "")
+            option = f"{p.option}~" if p.notes else p.option  # "~": modelled only, said under the table
+            how = f" {option} {_PATTERN_SHORT.get(p.pattern or '', p.pattern)}" if p.workers > 1 else ""
+            shown = p.architecture == "arm64" or p.label_architecture
+            arch = f" {_ARCH_SHORT.get(p.architecture or '', p.architecture)}" if shown else ""
+            where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB{arch}"
         else:
             where = f"IaaS {p.workers:>3} {p.option}"
         table.add_row(

@@ -243,3 +243,18 @@ def test_a_wider_spread_turns_a_recommendation_into_too_close_to_call() -> None:
     assert sure.recommended.label == unsure.recommended.label  # the same estimate either way
     assert sure.too_close_to_call is None and sure.recommendation.startswith("recommended: ")
     assert unsure.too_close_to_call is not None and unsure.recommendation.startswith("too close to call: ")
+
+
+def test_the_advice_table_fits_with_the_widest_new_labels() -> None:
+    from lambdaml.cli.output import advice_table
+    from tests.unit.test_tables_fit import assert_fits, prediction
+
+    workload = Workload(model="resnet50", dataset_bytes=1.5e12, samples=1_281_167, epochs=90)
+    widest = {"pattern": "scatter_reduce_2d", "memory_mb": 10240, "label_architecture": True}
+    rows = [
+        prediction("faas", 1000, "s3express", seconds=3.5e6, cost=98_765.43, architecture="x86_64",
+                   notes=(MODELLED,), **widest),
+        prediction("faas", 1000, "memcached", seconds=7199.0, cost=12_345.67, architecture="arm64", **widest),
+    ]  # fmt: skip
+    text = assert_fits(advice_table(Advice(workload, "us-east-1", "aws", rows, []), every=True))
+    assert "FaaS 1000 s3express~ SR2D 10240MB x86" in text and "FaaS 1000 memcached SR2D 10240MB arm" in text
