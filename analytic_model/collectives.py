@@ -26,6 +26,9 @@ _FIXED_POINT_STEPS = 8
 # The model stays pure Python (no numpy, so not the channels or the codec): these mirror
 # ``Channel.ranged_reads`` and ``lambdaml.codec.packed_index_bytes``, and a unit test holds them equal.
 RANGED_READ_CHANNELS = frozenset({"s3"})
+#: S3 Express One Zone (modelled only, no channel) serves ranged GETs as S3 does: a channel over it
+#: would pack as the S3 channel does.
+MODELLED_RANGED_READ_CHANNELS = frozenset({"s3express"})
 
 
 def packed_index_bytes(slots: int) -> int:
@@ -100,7 +103,7 @@ def _cleanup(workers: int) -> Requests:
 def packs_pieces(kind: str) -> bool:
     """Whether ScatterReduce packs each rank's pieces into one value on this channel: as
     ``Round.packs`` decides, where the channel reads ranges natively."""
-    return kind in RANGED_READ_CHANNELS
+    return kind in RANGED_READ_CHANNELS or kind in MODELLED_RANGED_READ_CHANNELS
 
 
 def pattern_requests(

@@ -258,3 +258,12 @@ def test_the_advice_table_fits_with_the_widest_new_labels() -> None:
     ]  # fmt: skip
     text = assert_fits(advice_table(Advice(workload, "us-east-1", "aws", rows, []), every=True))
     assert "FaaS 1000 s3express~ SR2D 10240MB x86" in text and "FaaS 1000 memcached SR2D 10240MB arm" in text
+
+
+def test_s3express_moves_the_same_requests_as_s3_and_pays_less_per_request() -> None:
+    # Ranged reads as S3: ScatterReduce packs a rank's pieces in one value on both.
+    s3 = predict_faas(HIGGS, 10, "s3", "scatter_reduce", 3008, aws_profile())
+    express = predict_faas(HIGGS, 10, "s3express", "scatter_reduce", 3008, aws_profile())
+    for key in ("puts", "bytes_sent"):
+        assert express.requests[key] == s3.requests[key], key
+    assert express.costs["channel"] / express.rounds < s3.costs["channel"] / s3.rounds
