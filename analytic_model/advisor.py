@@ -144,6 +144,9 @@ class Advice:
         ax.plot([p.time_s for p in front], [p.cost for p in front], "k-", lw=1, label="Pareto front")
         best = self.recommended
         ax.scatter([best.time_s], [best.cost], s=120, facecolors="none", edgecolors="red", label="recommended")
+        (t_low, t_high), (c_low, c_high) = best.time_range_s, best.cost_range
+        ax.errorbar([best.time_s], [best.cost], xerr=[[best.time_s - t_low], [t_high - best.time_s]],
+                    yerr=[[best.cost - c_low], [c_high - best.cost]], fmt="none", ecolor="red", lw=0.8)  # fmt: skip
         ax.annotate(best.label, (best.time_s, best.cost), textcoords="offset points", xytext=(8, 8), fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
