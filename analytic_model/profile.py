@@ -128,6 +128,7 @@ class Ec2Figures:
     ring_latency_s: float
     s3_read_Bps: float
     runtime_memory_mb: float
+    network_Bps: float | None = None  # None: each instance's own network; a local profile: its loopback
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""The IaaS prediction's terms: one compute rule with FaaS, gloo's ring (its reduce hidden behind
+the transfer, none on a GPU), and start-up from the profile where one was measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytic_model import Workload, aws_profile, predict_faas, predict_iaas
+from analytic_model.collectives import ring_allreduce_s
+from analytic_model.compute import parallel_speed
+from analytic_model.profile import Profile, with_figures
+
+# Small batches: the per-step overhead is most of an LR step, so a rule that leaves it unscaled shows.
+HIGGS_SMALL_BATCH = Workload("lr", dataset_bytes=1.28e9, samples=11_000_000, features=28, batch_size=100, epochs=1)
+RESNET50 = Workload("resnet50", dataset_bytes=6.1e8, samples=50_000, batch_size=32, epochs=1, optimizer="momentum")
+
+
+def compute_s(workload: Workload, instance: str, profile: Profile | None = None, workers: int = 1) -> float:
+    return predict_iaas(workload, workers, instance, profile or aws_profile()).time["compute_s"]
+
+
+def test_lr_compute_falls_as_the_instance_grows_by_its_cores() -> None:
+    large, middle, largest = (compute_s(HIGGS_SMALL_BATCH, name) for name in ("c5.large", "c5.2xlarge", "c5.9xlarge"))
+    assert large > middle > largest
+    profile = aws_profile()
+    # The per-step overhead scales with the cores as the per-sample work does: the ratio is the cores' alone.
+    speedup = parallel_speed(36, profile) / parallel_speed(2, profile)
+    assert large / largest == pytest.approx(speedup, rel=1e-9)
+
+
+def test_faas_and_iaas_share_one_compute_rule() -> None:
+    """A Lambda function with 2 vCPUs and a 2-vCPU instance compute one LR round in the same time."""
+    profile = aws_profile()
+    two_vcpus_mb = 1769 + (10240 - 1769) / 5  # one vCPU at 1,769 MB, six at 10,240 MB
+    faas = predict_faas(HIGGS_SMALL_BATCH, 1, "s3", "allreduce", round(two_vcpus_mb), profile)
+    iaas = predict_iaas(HIGGS_SMALL_BATCH, 1, "c5.large", profile)
+    assert faas.time["compute_s"] == pytest.approx(iaas.time["compute_s"], rel=1e-3)
+
+
+def test_a_gpu_runs_the_samples_and_its_host_the_steps() -> None:
+    """Two GPU instances of one GPU: the one with more host vCPUs pays less per-step overhead."""
+    tiny_steps = Workload("resnet50", dataset_bytes=6.1e8, samples=50_000, batch_size=1, epochs=1)
+    four, eight = compute_s(tiny_steps, "g4dn.xlarge"), compute_s(tiny_steps, "g4dn.2xlarge")
+    assert eight < four
+    heavy = Workload("resnet50", dataset_bytes=6.1e8, samples=50_000, batch_size=512, epochs=1)
+    assert compute_s(heavy, "g4dn.2xlarge") == pytest.approx(compute_s(heavy, "g4dn.xlarge"), rel=0.02)
+
+
+def test_a_gpu_instance_pays_no_cpu_reduce_but_a_cpu_one_does_when_summing_is_slow() -> None:
+    profile = aws_profile()
+    slow_sum = with_figures(profile, {"compute": {"add_Bps": 1e6}})  # far slower than any network
+    gpu, gpu_slow = (predict_iaas(RESNET50, 4, "g5.xlarge", p) for p in (profile, slow_sum))
+    assert gpu_slow.time["communicate_s"] == gpu.time["communicate_s"]
+    ring = ring_allreduce_s(4, RESNET50.vector_bytes(profile.model("resnet50")), 2.5e9 / 8, profile.ec2.ring_latency_s)
+    assert gpu.time["communicate_s"] == pytest.approx(gpu.rounds * ring)
+    cpu, cpu_slow = (predict_iaas(RESNET50, 4, "c5.4xlarge", p) for p in (profile, slow_sum))
+    assert cpu_slow.time["communicate_s"] > 10 * cpu.time["communicate_s"]
+
+
+def test_gloo_sums_each_chunk_while_the_next_arrives() -> None:
+    """A sum faster than the transfer costs nothing; a slower one replaces the transfer in W-1 steps."""
+    m, net, latency = 1e8, 1e9, 1e-4
+    transfer = ring_allreduce_s(4, m, net, latency)
+    assert ring_allreduce_s(4, m, net, latency, reduce_Bps=2 * net) == transfer
+    slow = ring_allreduce_s(4, m, net, latency, reduce_Bps=net / 2)
+    assert slow == pytest.approx(transfer + 3 * (m / 4 / (net / 2) - m / 4 / net))
+    assert ring_allreduce_s(1, m, net, latency, reduce_Bps=1.0) == 0.0
+
+
+def test_resnet50_on_two_gpus_is_faster_when_the_compute_saved_exceeds_the_ring() -> None:
+    """An A10G computes a round of 32 images in about 40 ms; at 25 Gbps the ring of ResNet-50's
+    100 MB takes about 33 ms, so halving the rounds saves more than the ring costs."""
+    profile = with_figures(aws_profile(), {"instances": {"g5.xlarge": {"network_gbps": 25.0}}})
+    one, two = (predict_iaas(RESNET50, w, "g5.xlarge", profile) for w in (1, 2))
+    assert two.time["communicate_s"] < one.time["compute_s"] - two.time["compute_s"]
+    assert two.time_s < one.time_s
+    # On its baseline 2.5 Gbps the ring costs more than the compute it saves, and the model says so.
+    base = aws_profile()
+    one_slow, two_slow = (predict_iaas(RESNET50, w, "g5.xlarge", base) for w in (1, 2))
+    assert two_slow.time_s > one_slow.time_s
+    assert two_slow.time["communicate_s"] > one_slow.time["compute_s"] - two_slow.time["compute_s"]
