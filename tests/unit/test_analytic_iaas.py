@@ -3,12 +3,15 @@ the transfer, none on a GPU), and start-up from the profile where one was measur
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from analytic_model import Workload, aws_profile, predict_faas, predict_iaas
+from analytic_model import Workload, aws_profile, load_profile, predict_faas, predict_iaas
+from analytic_model.calibration import Calibration, ComputeCalibration, Ec2Calibration, FaasCalibration
 from analytic_model.collectives import ring_allreduce_s
 from analytic_model.compute import parallel_speed
-from analytic_model.profile import Profile, with_figures
+from analytic_model.profile import Host, Profile, save_profile, with_figures
 
 # Small batches: the per-step overhead is most of an LR step, so a rule that leaves it unscaled shows.
 HIGGS_SMALL_BATCH = Workload("lr", dataset_bytes=1.28e9, samples=11_000_000, features=28, batch_size=100, epochs=1)
@@ -79,3 +82,32 @@ def test_resnet50_on_two_gpus_is_faster_when_the_compute_saved_exceeds_the_ring(
     one_slow, two_slow = (predict_iaas(RESNET50, w, "g5.xlarge", base) for w in (1, 2))
     assert two_slow.time_s > one_slow.time_s
     assert two_slow.time["communicate_s"] > one_slow.time["compute_s"] - two_slow.time["compute_s"]
+
+
+def local_profile(tmp_path: Path, ec2: Ec2Calibration | None) -> Profile:
+    """A local profile as ``lambdaml calibrate`` writes it (2 shared cores), with or without its gloo group."""
+    measured = Calibration(
+        target="local", source="measured here", created="2026-12-01T00:00:00+00:00",
+        host=Host(name="vm", cores=2, machine="x86_64", python="3.12"), channels={},
+        compute=ComputeCalibration(measured={}, add_Bps=4e9), faas=FaasCalibration(2, {"numpy": 0.3}, 0.1), ec2=ec2,
+    )  # fmt: skip
+    return load_profile(save_profile(measured, tmp_path / "local.json"))
+
+
+def test_a_local_profile_s_measured_start_up_and_loopback_are_used(tmp_path: Path) -> None:
+    group = Ec2Calibration(startup_s=12.5, unbilled_startup_s=0.0, ring_latency_s=3e-4, network_Bps=5e8)
+    local = local_profile(tmp_path, group)
+    p = predict_iaas(RESNET50, 4, "c5.4xlarge", local)
+    assert p.time["startup_s"] == 12.5
+    vector = RESNET50.vector_bytes(local.model("resnet50"))
+    add_Bps = 4e9 * 0.5  # one rank's share of the two cores
+    assert p.round_s - p.time["compute_s"] / p.rounds == pytest.approx(
+        ring_allreduce_s(4, vector, 5e8, 3e-4, add_Bps), rel=1e-9
+    )
+    # Billed from the start, as the iaas-local backend bills a run: its whole wall time, a minute at least.
+    assert p.costs["ec2"] == pytest.approx(4 * max(60.0, p.time_s) * 0.68 / 3600, rel=1e-9)
+    # Four ranks on two cores compute at half a core each, whatever instance type is priced.
+    assert predict_iaas(RESNET50, 4, "c5.large", local).time["compute_s"] == p.time["compute_s"]
+    # Without a measured group, a local profile keeps AWS's start-up; the shipped defaults keep 90 s.
+    assert predict_iaas(RESNET50, 4, "c5.4xlarge", local_profile(tmp_path, None)).time["startup_s"] == 90.0
+    assert predict_iaas(RESNET50, 4, "c5.4xlarge", aws_profile()).time["startup_s"] == 90.0
