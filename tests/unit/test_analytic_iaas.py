@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analytic_model import Workload, aws_profile, load_profile, predict_faas, predict_iaas
+from analytic_model import Workload, advise, aws_profile, load_profile, predict_faas, predict_iaas
 from analytic_model.calibration import Calibration, ComputeCalibration, Ec2Calibration, FaasCalibration
 from analytic_model.collectives import ring_allreduce_s
 from analytic_model.compute import parallel_speed
@@ -111,3 +111,23 @@ def test_a_local_profile_s_measured_start_up_and_loopback_are_used(tmp_path: Pat
     # Without a measured group, a local profile keeps AWS's start-up; the shipped defaults keep 90 s.
     assert predict_iaas(RESNET50, 4, "c5.4xlarge", local_profile(tmp_path, None)).time["startup_s"] == 90.0
     assert predict_iaas(RESNET50, 4, "c5.4xlarge", aws_profile()).time["startup_s"] == 90.0
+
+
+def test_the_advice_plot_names_the_profile_and_the_prices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figure = pytest.importorskip("matplotlib.figure")
+    titles: list[str] = []
+    savefig = figure.Figure.savefig
+
+    def keep_title(fig: object, *args: object, **kwargs: object) -> None:
+        titles.append(fig.axes[0].get_title())  # type: ignore[attr-defined]
+        savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(figure.Figure, "savefig", keep_title)
+    group = Ec2Calibration(startup_s=12.5, unbilled_startup_s=0.0, ring_latency_s=3e-4, network_Bps=5e8)
+    lr = Workload("lr", dataset_bytes=4e6, samples=40_000, features=28, epochs=1)
+    advise(lr, local_profile(tmp_path, group), workers=[2], channels=["s3"], instances=["c5.large"]).plot(
+        tmp_path / "local.png"
+    )
+    advise(lr, workers=[2], channels=["s3"], instances=["c5.large"], region="eu-west-1").plot(tmp_path / "aws.png")
+    assert titles[0].endswith("(local profile, us-east-1 prices)")
+    assert titles[1].endswith("(aws profile, eu-west-1 prices)")
