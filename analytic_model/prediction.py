@@ -207,7 +207,11 @@ def predict_iaas(
     network_Bps = ec2.network_Bps or instance.network_gbps * 1e9 / 8  # a local profile: the loopback's
     # gloo sums on the CPU, one thread a rank; NCCL (a network on a GPU) sums on the GPU.
     reduce_Bps = None if on_gpu(instance, info.kind) else profile.compute.add_Bps * min(1.0, host_speed)
-    ring = ring_allreduce_s(workers, vector, network_Bps, ec2.ring_latency_s, reduce_Bps)
+    # Ranks sharing a machine's cores (a local profile) wait for a core at every ring step once they
+    # outnumber the cores; the loopback's bytes do not slow with them (measured: bench/iaas_reduce.py).
+    shared = profile.shared_cores
+    step_latency_s = ec2.ring_latency_s * (max(1.0, workers / shared) if shared else 1.0)
+    ring = ring_allreduce_s(workers, vector, network_Bps, step_latency_s, reduce_Bps)
     round_s = compute + ring
     read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
     load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps

@@ -101,8 +101,13 @@ def test_a_local_profile_s_measured_start_up_and_loopback_are_used(tmp_path: Pat
     assert p.time["startup_s"] == 12.5
     vector = RESNET50.vector_bytes(local.model("resnet50"))
     add_Bps = 4e9 * 0.5  # one rank's share of the two cores
+    # Four ranks on two cores: each ring step waits for a core, twice the two-rank latency.
     assert p.round_s - p.time["compute_s"] / p.rounds == pytest.approx(
-        ring_allreduce_s(4, vector, 5e8, 3e-4, add_Bps), rel=1e-9
+        ring_allreduce_s(4, vector, 5e8, 2 * 3e-4, add_Bps), rel=1e-9
+    )
+    two = predict_iaas(RESNET50, 2, "c5.4xlarge", local)
+    assert two.round_s - two.time["compute_s"] / two.rounds == pytest.approx(
+        ring_allreduce_s(2, vector, 5e8, 3e-4, 4e9), rel=1e-9
     )
     # Billed from the start, as the iaas-local backend bills a run: its whole wall time, a minute at least.
     assert p.costs["ec2"] == pytest.approx(4 * max(60.0, p.time_s) * 0.68 / 3600, rel=1e-9)
