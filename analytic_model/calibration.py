@@ -99,6 +99,7 @@ class Ec2Calibration:
     unbilled_startup_s: float  # a local run is billed for its whole wall time: 0
     ring_latency_s: float  # one ring step's fixed cost on loopback
     network_Bps: float  # bytes a second one ring step moves between two ranks on loopback
+    wait_s: float  # per round: waiting for a peer the machine's other work delayed
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,7 @@ def predict_iaas(
     shared = profile.shared_cores
     step_latency_s = ec2.ring_latency_s * (max(1.0, workers / shared) if shared else 1.0)
     ring = ring_allreduce_s(workers, vector, network_Bps, step_latency_s, reduce_Bps)
+    ring += ec2.wait_s if workers > 1 else 0.0  # gloo waits for a delayed peer inside its call
     round_s = compute + ring
     read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
     load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps

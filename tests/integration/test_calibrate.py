@@ -48,6 +48,7 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
         assert "measured by 'lambdaml calibrate'" in profile.origin["ec2.startup_s"]
         assert 0 < profile.number("ec2.startup_s") < 120 and profile.number("ec2.unbilled_startup_s") == 0
         assert 0 <= profile.number("ec2.ring_latency_s") < 0.05 and profile.number("ec2.network_Bps") > 1e7
+        assert 0 <= profile.number("ec2.wait_s") < 1.0
 
     advise = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "4MB", "--samples", "40000"]
     assert main([*advise, "--profile", str(out), "--channels", "redis", "--workers", "2,4", "--json"]) == 0
