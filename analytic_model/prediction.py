@@ -208,7 +208,7 @@ def predict_iaas(
     # gloo sums on the CPU, one thread a rank; NCCL (a network on a GPU) sums on the GPU.
     reduce_Bps = None if on_gpu(instance, info.kind) else profile.compute.add_Bps * min(1.0, host_speed)
     # Ranks sharing a machine's cores (a local profile) wait for a core at every ring step once they
-    # outnumber the cores; the loopback's bytes do not slow with them (measured: bench/iaas_reduce.py).
+    # outnumber the cores; the loopback's bytes keep the two-rank rate (bench/iaas_reduce.py: within 1.5x).
     shared = profile.shared_cores
     step_latency_s = ec2.ring_latency_s * (max(1.0, workers / shared) if shared else 1.0)
     ring = ring_allreduce_s(workers, vector, network_Bps, step_latency_s, reduce_Bps)
