@@ -152,7 +152,8 @@ class Advice:
         ax.set_yscale("log")
         ax.set_xlabel("predicted time (s)")
         ax.set_ylabel("predicted cost ($)")
-        ax.set_title(f"{self.workload.model}, {self.workload.algorithm}: cost against time ({self.region})")
+        where = f"{self.target} profile, {self.region} prices"
+        ax.set_title(f"{self.workload.model}, {self.workload.algorithm}: cost against time ({where})")
         ax.legend(fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         path.parent.mkdir(parents=True, exist_ok=True)

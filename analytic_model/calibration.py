@@ -1,7 +1,7 @@
 """What ``lambdaml calibrate`` measured on one target: a partial profile, as typed records.
 
 ``save_profile`` writes one as JSON; ``load_profile`` lays that over the defaults, so what
-was not measured (get batches, EC2, prices) keeps its documented value. The records group a
+was not measured (get batches, EC2 instances, prices) keeps its documented value. The records group a
 channel's figures by how they are measured; in the file they are one object, as
 ``ChannelPerf`` names them.
 """
@@ -92,6 +92,17 @@ class LambdaCalibration:
 
 
 @dataclass(frozen=True)
+class Ec2Calibration:
+    """The ``iaas-local`` backend's gloo group on this machine, under the ``ec2`` section's names."""
+
+    startup_s: float  # starting torchrun until every rank has joined the group
+    unbilled_startup_s: float  # a local run is billed for its whole wall time: 0
+    ring_latency_s: float  # one ring step's fixed cost on loopback
+    network_Bps: float  # bytes a second one ring step moves between two ranks on loopback
+    wait_s: float  # per round: waiting for a peer the machine's other work delayed
+
+
+@dataclass(frozen=True)
 class Calibration:
     target: str
     source: str = field(metadata=json_name("_source"))
@@ -101,6 +112,7 @@ class Calibration:
     compute: ComputeCalibration
     faas: FaasCalibration
     lambda_: LambdaCalibration | None = field(default=None, metadata=json_name("lambda"))
+    ec2: Ec2Calibration | None = None  # where torch was there to time the iaas-local group
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:

@@ -341,8 +341,21 @@ def _scatter_reduce_2d(
     return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
 
 
-def ring_allreduce_s(workers: int, vector_bytes: float, network_Bps: float, step_latency_s: float) -> float:
-    """torch.distributed's ring all-reduce: 2(W-1) steps, each moving m/W over the VM network."""
+def ring_allreduce_s(
+    workers: int, vector_bytes: float, network_Bps: float, step_latency_s: float, reduce_Bps: float | None = None
+) -> float:
+    """torch.distributed's ring all-reduce: 2(W-1) steps, each moving m/W over the network.
+
+    In the W-1 reduce-scatter steps a rank also sums the chunk it received. gloo sums each
+    chunk on the CPU while the next one arrives, so such a step takes the longer of the
+    transfer and the sum (``reduce_Bps``: the rank's summing rate); None: NCCL sums on the
+    GPU, at a rate no network comes near.
+    """
     if workers <= 1:
         return 0.0
-    return 2 * (workers - 1) * (step_latency_s + vector_bytes / workers / network_Bps)
+    chunk = vector_bytes / workers
+    transfer_s = chunk / network_Bps
+    reduce_s = 0.0 if reduce_Bps is None else chunk / reduce_Bps
+    reduce_scatter_s = (workers - 1) * (step_latency_s + max(transfer_s, reduce_s))
+    allgather_s = (workers - 1) * (step_latency_s + transfer_s)
+    return reduce_scatter_s + allgather_s

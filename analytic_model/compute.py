@@ -46,11 +46,31 @@ def gflops(profile: Profile, kind: str) -> float:
     return profile.keyed(profile.compute.vcpu_gflops, "compute.vcpu_gflops", kind)
 
 
-def iaas_speed(instance: InstanceSpec, kind: str, profile: Profile) -> float:
-    """One-vCPU equivalents of an instance for a model kind; a GPU counts for neural networks only."""
-    if instance.gpu and instance.gpu_tflops > 0 and kind in ("dense", "conv"):
-        return instance.gpu_tflops * 1e12 / (gflops(profile, kind) * 1e9)
+def host_speed(instance: InstanceSpec, profile: Profile, workers: int) -> float:
+    """One-vCPU equivalents of an instance's CPU; on a local profile, a rank's share of this
+    machine's cores (the ``iaas-local`` ranks run one intra-op thread each, as local workers do)."""
+    shared = profile.shared_cores
+    if shared is not None:
+        return min(1.0, shared / workers)
     return parallel_speed(instance.vcpus * instance.vcpu_speed, profile)
+
+
+def on_gpu(instance: InstanceSpec, kind: str) -> bool:
+    """Whether a model of this kind trains on the instance's GPU (neural networks do; numpy models do not)."""
+    return bool(instance.gpu) and instance.gpu_tflops > 0 and kind in ("dense", "conv")
+
+
+def iaas_speed(instance: InstanceSpec, kind: str, profile: Profile, workers: int) -> tuple[float, float]:
+    """(per-sample speed, per-step speed) of an instance, in one-vCPU equivalents.
+
+    On a CPU both are the host's: the same rule as a Lambda function's vCPUs. On a GPU the
+    samples run at the GPU's rate, while a step's overhead (Python, torch's dispatch, kernel
+    launches) stays on the host's CPU.
+    """
+    host = host_speed(instance, profile, workers)
+    if on_gpu(instance, kind):
+        return instance.gpu_tflops * 1e12 / (gflops(profile, kind) * 1e9), host
+    return host, host
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,8 @@ def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> Comp
     return ComputeRates(flops / (rate * 1e9), per_step, "defaults")
 
 
-def round_compute_s(sched: Schedule, rates: ComputeRates, speed: float) -> float:
-    """One worker's compute between two collectives at ``speed`` vCPU-equivalents."""
-    return (sched.samples_per_round * rates.per_sample_s + sched.steps_per_round * rates.per_step_s) / speed
+def round_compute_s(sched: Schedule, rates: ComputeRates, speed: float, step_speed: float | None = None) -> float:
+    """One worker's compute between two collectives: its samples at ``speed`` vCPU-equivalents,
+    its steps' overhead at ``step_speed`` (the same, unless the samples run on a GPU)."""
+    steps = speed if step_speed is None else step_speed
+    return sched.samples_per_round * rates.per_sample_s / speed + sched.steps_per_round * rates.per_step_s / steps

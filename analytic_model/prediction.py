@@ -15,7 +15,7 @@ from typing import Any
 
 from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import Requests, collective, ring_allreduce_s
-from analytic_model.compute import architecture_speed, compute_rates, faas_speed, iaas_speed, round_compute_s
+from analytic_model.compute import architecture_speed, compute_rates, faas_speed, iaas_speed, on_gpu, round_compute_s
 from analytic_model.profile import Profile
 from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
 from analytic_model.transfers import Polling
@@ -230,14 +230,20 @@ def predict_iaas(
         raise ConfigError(f"no {region} price for instance type {instance_type!r}") from None
     sched = schedule(workload, workers)
     rates = compute_rates(workload, info, profile)
-    speed = iaas_speed(instance, info.kind, profile)
+    speed, host_speed = iaas_speed(instance, info.kind, profile, workers)
     vector = workload.vector_bytes(info)
-    compute = (sched.samples_per_round * rates.per_sample_s) / speed + sched.steps_per_round * rates.per_step_s
-    network_Bps = instance.network_gbps * 1e9 / 8
+    compute = round_compute_s(sched, rates, speed, host_speed)
     ec2 = profile.ec2
-    ring = ring_allreduce_s(workers, vector, network_Bps, ec2.ring_latency_s)
-    reduce_ = (workers - 1) * vector / workers / profile.compute.add_Bps if workers > 1 else 0.0
-    round_s = compute + ring + reduce_
+    network_Bps = ec2.network_Bps or instance.network_gbps * 1e9 / 8  # a local profile: the loopback's
+    # gloo sums on the CPU, one thread a rank; NCCL (a network on a GPU) sums on the GPU.
+    reduce_Bps = None if on_gpu(instance, info.kind) else profile.compute.add_Bps * min(1.0, host_speed)
+    # Ranks sharing a machine's cores (a local profile) wait for a core at every ring step once they
+    # outnumber the cores; the loopback's bytes keep the two-rank rate (bench/iaas_reduce.py: within 1.5x).
+    shared = profile.shared_cores
+    step_latency_s = ec2.ring_latency_s * (max(1.0, workers / shared) if shared else 1.0)
+    ring = ring_allreduce_s(workers, vector, network_Bps, step_latency_s, reduce_Bps)
+    ring += ec2.wait_s if workers > 1 else 0.0  # gloo waits for a delayed peer inside its call
+    round_s = compute + ring
     read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
     load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps
     startup_s = ec2.startup_s
@@ -257,7 +263,7 @@ def predict_iaas(
             "startup_s": startup_s,
             "load_s": load_s,
             "compute_s": sched.rounds * compute,
-            "communicate_s": sched.rounds * (ring + reduce_),
+            "communicate_s": sched.rounds * ring,
         },
         costs={"ec2": ec2_dollars, "storage": storage_dollars},
         compute_from=rates.source,

@@ -130,6 +130,8 @@ class Ec2Figures:
     ring_latency_s: float
     s3_read_Bps: float
     runtime_memory_mb: float
+    network_Bps: float | None = None  # None: each instance's own network; a local profile: its loopback
+    wait_s: float = 0.0  # per round, waiting for a delayed peer (a local profile measures it)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ code the workers run:
   move in real rounds;
 - ``compute``: one worker step through the algorithm's own step at two batch sizes;
 - ``startup``: spawning a worker process and its imports, loading a shard from S3;
+- ``gloo``: the iaas-local backend's torchrun group: its start-up, a ring step's latency and bandwidth;
 - ``targets``: which endpoints to probe (local services or a stack's), a stack's start-up;
 - ``assemble``: the figures into the profile.
 

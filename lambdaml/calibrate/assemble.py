@@ -23,6 +23,7 @@ from analytic_model.profile import Host, MeasuredCompute, aws_profile
 from lambdaml.calibrate.channels import measure_channel, measure_cleanup, measure_store, sizes
 from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_compute
 from lambdaml.calibrate.exchange import measure_exchange
+from lambdaml.calibrate.gloo import gloo_figures, torch_available
 from lambdaml.calibrate.probing import Effort, cores
 from lambdaml.calibrate.startup import measure_load, measure_startup
 from lambdaml.channels import open_channel
@@ -140,9 +141,13 @@ def calibrate(
     keep_freed_buffers()  # the compute probes time a worker's steps: its heap behaves as a worker's
     measured_channels = {kind: channel_figures(spec, effort, say) for kind, spec in channels.items()}
     compute = _compute(probes, say)
+    ec2 = None
     if startup is None:
         say("worker start-up")
         startup = measure_startup(effort.processes)
+        if torch_available():  # the iaas-local backend's ranks: start-up and ring on loopback
+            say("gloo process group (iaas-local)")
+            ec2 = gloo_figures(effort)
     cold, per_worker = startup
     network_Bps = load_latency_s = None
     if storage is not None:
@@ -166,4 +171,5 @@ def calibrate(
         faas=faas,
         # The local backend's worker processes neither checkpoint nor pay for an INIT phase.
         lambda_=LambdaCalibration(checkpoint_every=None, init_billed=False) if target == "local" else None,
+        ec2=ec2,
     )

@@ -9,11 +9,12 @@ import pytest
 
 from analytic_model import load_profile
 from lambdaml.calibrate import cores
+from lambdaml.calibrate.gloo import torch_available
 from lambdaml.cli import main
 from lambdaml.local.services import free_port
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_calibrate_measures_this_machine_and_advise_uses_it(
     moto_url: str, redis_port: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -43,12 +44,19 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     assert profile.figure("lambda.checkpoint_every") is None  # a local target has no Lambda continuations
     assert "measured by 'lambdaml calibrate'" in profile.origin["channels.redis.latency_get_s"]
     assert "Lambda" in profile.origin["lambda.vcpu_one_at_mb"]  # what was not measured keeps its source
+    if torch_available():  # the iaas-local backend's gloo group: its start-up and its ring on loopback
+        assert "measured by 'lambdaml calibrate'" in profile.origin["ec2.startup_s"]
+        assert 0 < profile.number("ec2.startup_s") < 120 and profile.number("ec2.unbilled_startup_s") == 0
+        assert 0 <= profile.number("ec2.ring_latency_s") < 0.05 and profile.number("ec2.network_Bps") > 1e7
+        assert 0 <= profile.number("ec2.wait_s") < 1.0
 
     advise = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "4MB", "--samples", "40000"]
     assert main([*advise, "--profile", str(out), "--channels", "redis", "--workers", "2,4", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     faas = [r for r in rows if r["platform"] == "faas"]
     assert faas and all(r["compute_from"] == "measured" for r in faas)
+    iaas = [r for r in rows if r["platform"] == "iaas"]
+    assert iaas and all(r["time"]["startup_s"] == profile.number("ec2.startup_s") for r in iaas)
     # Four workers on two cores compute no faster than two: the profile shares its cores (the
     # first step after each wait pays the measured wake-up on top, whatever the core share).
     wake = redis.step_wake_s
