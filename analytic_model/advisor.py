@@ -148,7 +148,7 @@ def advise(
 ) -> Advice:
     """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS)."""
     profile = profile or aws_profile()
-    workload.check(profile)
+    info = workload.check(profile)
     table = prices(region)
     for w in workers:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
@@ -168,7 +168,7 @@ def advise(
     rows: list[Prediction] = []
     skipped: list[str] = []
     for w in sorted(set(workers)):
-        need = memory_needed_mb(profile, workload.dataset_bytes / w)
+        need = memory_needed_mb(profile, workload.dataset_bytes / w, info.runtime)
         for memory in memory_mb:
             if memory < need:
                 skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")

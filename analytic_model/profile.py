@@ -110,8 +110,8 @@ class LambdaFigures:
     timeout_s: float
     continuation_margin_s: float
     checkpoint_every: int | None  # rounds between checkpoints (None: never, as local processes)
-    runtime_memory_mb: float
-    data_memory_factor: float
+    runtime_memory_mb: Mapping[str, float]  # per runtime: numpy, torch (resident before the data)
+    data_memory_factor: float  # resident bytes per byte of the worker's binary shard
     init_billed: bool
 
 
