@@ -77,7 +77,7 @@ def manifest_options(job: JobSpec) -> dict[str, Any]:
         manifest = read_manifest(open_storage(job.storage), job.dataset)
     except LambdaMLError as exc:
         raise ConfigError(
-            f"cannot read dataset {job.dataset!r}'s manifest from {where} ({exc}); pass --samples and "
+            f"cannot read the manifest of dataset {job.dataset!r} from {where} ({exc}); pass --samples and "
             "--features instead (with --classes for a multiclass dataset, --sparse --nnz N for a sparse one)"
         ) from None
     log.info("dataset %s version %s: %d rows", manifest.name, manifest.dataset_version, manifest.train_rows)

@@ -114,9 +114,8 @@ def test_a_sparse_dataset_is_advised_as_sparse_with_its_csr_bytes(
 def test_a_manifest_that_cannot_be_read_names_the_flags_to_pass(tmp_path: Path) -> None:
     nowhere = StorageSpec(bucket="advise-nowhere", endpoint_url=f"http://127.0.0.1:{free_port()}", connect_timeout_s=1)
     job = str(write_job(tmp_path, nowhere))
-    assert_one_line_error(
-        lambdaml("advise", "--job", job), "cannot read dataset 'dense'", "--samples and --features instead"
-    )
+    failed = lambdaml("advise", "--job", job)
+    assert_one_line_error(failed, "cannot read the manifest of dataset 'dense'", "--samples and --features instead")
     # With the flags that say what the data is, no storage is needed.
     workload = advise_json("--job", job, "--samples", "1e6", "--features", "28")["workload"]
     assert workload["samples"] == 1_000_000
