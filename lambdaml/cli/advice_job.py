@@ -2,7 +2,8 @@
 
 A flag the user gave wins. What is still unset comes from the job (its model, algorithm and
 the algorithm's settings, the workers and Lambda memory where the file sets them, its
-channel, pattern, protocol, compression and instance type) and, unless the flags already
+channel, pattern and instance type; its protocol and compression for ``--protocol`` and
+``--compression``, where the advisor has them) and, unless the flags already
 size the data, from the dataset's manifest in the job's storage: training rows, features,
 classes, whether it is sparse, and the bytes of its shards (what workers really hold; where
 the flags change the rows or features, the bytes are computed for those instead).
