@@ -190,7 +190,7 @@ def advise(
     channel the model knows only (``MODELLED_ONLY``: S3 Express), which is never tried unless named.
     """
     profile = profile or aws_profile()
-    workload.check(profile)
+    info = workload.check(profile)
     table = prices(region)
     for w in workers:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
@@ -220,7 +220,7 @@ def advise(
     rows: list[Prediction] = []
     skipped: list[str] = []
     for w in sorted(set(workers)):
-        need = memory_needed_mb(profile, workload.dataset_bytes / w)
+        need = memory_needed_mb(profile, workload.dataset_bytes / w, info.runtime)
         for memory in memory_mb:
             if memory < need:
                 skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")

@@ -83,7 +83,7 @@ class ComputeRates:
 def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> ComputeRates:
     """Per-sample and per-step time on one vCPU: measured for this model, else from its flops."""
     params = workload.n_params(info)
-    flops = workload.flops_per_sample or info.flops(workload.features, workload.k, params)
+    flops = workload.flops_per_sample or info.flops(workload.features, workload.k, params, workload.classes)
     exact = profile.measured.get(compute_key(workload.model, params, workload.sparse))
     if exact is not None:
         return ComputeRates(exact.per_sample_s, exact.per_step_s, "measured")

@@ -83,9 +83,11 @@ class Prediction:
         }
 
 
-def memory_needed_mb(profile: Profile, shard_bytes: float) -> float:
-    """Smallest Lambda memory that holds a worker's shard next to the runtime."""
-    return profile.lambda_.runtime_memory_mb + profile.lambda_.data_memory_factor * shard_bytes / MB
+def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy") -> float:
+    """Smallest Lambda memory that holds a worker's binary shard next to its runtime (numpy or torch)."""
+    limits = profile.lambda_
+    resident = profile.keyed(limits.runtime_memory_mb, "lambda.runtime_memory_mb", runtime)
+    return resident + limits.data_memory_factor * shard_bytes / MB
 
 
 def predict_faas(

@@ -56,19 +56,35 @@ class ModelInfo:
     flops_per_feature: float = 0.0
     flops_per_cluster_feature: float = 0.0
     flops_per_param: float = 0.0
+    # Multiclass linear models: a weight per feature and class, and a bias per class.
+    params_per_class_feature: int = 0
+    params_per_class: int = 0
+    flops_per_class_feature: float = 0.0
 
     @property
     def needs_features(self) -> bool:
-        return bool(self.params_per_feature or self.params_per_cluster_feature or self.flops_per_feature)
+        return bool(
+            self.params_per_feature
+            or self.params_per_cluster_feature
+            or self.flops_per_feature
+            or self.params_per_class_feature
+        )
 
-    def params(self, features: int, k: int) -> int:
-        return self.params_fixed + self.params_per_feature * features + self.params_per_cluster_feature * k * features
+    def params(self, features: int, k: int, classes: int = 2) -> int:
+        per_class = self.params_per_class_feature * features + self.params_per_class
+        return (
+            self.params_fixed
+            + self.params_per_feature * features
+            + self.params_per_cluster_feature * k * features
+            + per_class * classes
+        )
 
-    def flops(self, features: int, k: int, params: int) -> float:
+    def flops(self, features: int, k: int, params: int, classes: int = 2) -> float:
         return (
             self.flops_fixed
             + self.flops_per_feature * features
             + self.flops_per_cluster_feature * k * features
+            + self.flops_per_class_feature * classes * features
             + self.flops_per_param * params
         )
 
@@ -95,8 +111,8 @@ class LambdaFigures:
     timeout_s: float
     continuation_margin_s: float
     checkpoint_every: int | None  # rounds between checkpoints (None: never, as local processes)
-    runtime_memory_mb: float
-    data_memory_factor: float
+    runtime_memory_mb: Mapping[str, float]  # per runtime: numpy, torch (resident before the data)
+    data_memory_factor: float  # resident bytes per byte of the worker's binary shard
     init_billed: bool
 
 

@@ -49,6 +49,7 @@ class Workload:
     local_epochs: int = 1  # ma_sgd and admm: passes between averagings
     optimizer: str = "sgd"
     sparse: bool = False
+    classes: int = 2  # of the labels: sizes softmax and multiclass_svm
 
     def check(self, profile: Profile) -> ModelInfo:
         """Validate against the profile's catalog; user mistakes raise ConfigError with one line."""
@@ -72,10 +73,18 @@ class Workload:
             raise ConfigError("the kmeans algorithm and the kmeans model go together")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if isinstance(self.classes, bool) or not isinstance(self.classes, int) or self.classes < 2:
+            raise ConfigError(f"classes must be a whole number of at least 2, got {self.classes!r}")
+        if self.classes > 2 and self.model in catalogue.MODELS and catalogue.model(self.model).binary:
+            # As a job on this data would be refused at its start.
+            raise ConfigError(
+                f"model {self.model!r} is binary, but the data has {self.classes} classes; "
+                "use softmax or multiclass_svm"
+            )
         return info
 
     def n_params(self, info: ModelInfo) -> int:
-        return int(self.params) if self.params is not None else info.params(self.features, self.k)
+        return int(self.params) if self.params is not None else info.params(self.features, self.k, self.classes)
 
     def vector_bytes(self, info: ModelInfo) -> float:
         """Bytes of the vector one worker contributes per round (the parameters plus the loss statistics)."""

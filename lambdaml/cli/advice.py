@@ -97,12 +97,69 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``lambdaml advise`` assumes for an option neither the command line nor a job gives.
+ADVISE_DEFAULTS = {
+    "features": "0",
+    "k": "8",
+    "algorithm": "ga_sgd",
+    "optimizer": "sgd",
+    "batch_size": "100",
+    "local_epochs": "1",
+    "classes": "2",
+    "workers": "1,2,5,10,20,50",
+    "memory": "1769,3008,10240",
+}
+
+
+def advise_options(args: argparse.Namespace) -> None:
+    """Fill unset options from ``--job`` (and its dataset's manifest), then from ``ADVISE_DEFAULTS``."""
+    from lambdaml import catalogue
+
+    if args.job:
+        from lambdaml.cli.advice_job import apply_job
+
+        apply_job(args)
+    for name, value in ADVISE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.patterns is None:
+        args.patterns = list(catalogue.PATTERNS)
+    for name in ("model", "samples"):
+        if getattr(args, name) is None:
+            raise ConfigError(f"lambdaml advise: --{name} is required (or --job JOB.yaml, which gives it)")
+
+
+def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> float:
+    """``--dataset-bytes`` as given (the binary shards' size), or the shards' size computed from the data's shape."""
+    from analytic_model.advisor import parse_bytes
+    from analytic_model.shard_size import binary_dataset_bytes
+
+    if args.dataset_bytes is not None:
+        if args.nnz is not None or args.density is not None:
+            raise ConfigError("--nnz and --density size the data when --dataset-bytes does not; give one or the other")
+        return parse_bytes(args.dataset_bytes, "--dataset-bytes")
+    if features < 1:
+        raise ConfigError(f"give --features (float32 values a row) or --dataset-bytes to size {args.model}'s data")
+    nnz: int | None = None
+    if args.nnz is not None:
+        nnz = int(_number(args.nnz, "nnz", integer=True))
+    elif args.density is not None:
+        density = _number(args.density, "density")
+        if density > 1:
+            raise ConfigError(f"--density is a fraction of the features, at most 1, got {args.density!r}")
+        nnz = round(density * samples * features)
+    if (nnz is not None) != bool(args.sparse):
+        raise ConfigError("--nnz and --density go with --sparse; sparse data needs one of them (or --dataset-bytes)")
+    return float(binary_dataset_bytes(samples, features, nnz=nnz))
+
+
 def _workload_from(args: argparse.Namespace) -> Any:
     import json as json_
 
     from analytic_model import Workload
-    from analytic_model.advisor import epochs_to_target, parse_bytes
+    from analytic_model.advisor import epochs_to_target
 
+    advise_options(args)
     epochs = 10.0
     if args.from_result:
         if args.target_loss is None:
@@ -123,10 +180,11 @@ def _workload_from(args: argparse.Namespace) -> Any:
     elif args.epochs is not None:
         epochs = _number(args.epochs, "epochs")
     features = 0 if args.features == "0" else int(_number(args.features, "features", integer=True))
+    samples = int(_number(args.samples, "samples", integer=True))
     return Workload(
         model=args.model,
-        dataset_bytes=parse_bytes(args.dataset_bytes, "--dataset-bytes"),
-        samples=int(_number(args.samples, "samples", integer=True)),
+        dataset_bytes=dataset_bytes_of(args, samples, features),
+        samples=samples,
         features=features,
         params=int(_number(args.params, "params", integer=True)) if args.params is not None else None,
         flops_per_sample=_number(args.flops_per_sample, "flops-per-sample") if args.flops_per_sample else None,
@@ -138,6 +196,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         local_epochs=int(_number(args.local_epochs, "local-epochs", integer=True)),
         optimizer=args.optimizer,
         sparse=args.sparse,
+        classes=int(_number(args.classes, "classes", integer=True)),
     )
 
 

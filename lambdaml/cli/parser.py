@@ -352,29 +352,40 @@ def _advisor_parsers(commands: Any) -> None:
     _output_args(calibrate)
 
     advise = commands.add_parser("advise", help="predict time and cost on Lambda and EC2, and recommend one")
-    advise.add_argument("--model", required=True, help="lr, svm, kmeans, mlp, mobilenet, resnet18, resnet50")
-    advise.add_argument("--dataset-bytes", required=True, help="dataset size, e.g. 8e9, 800MB, 1.5GiB")
-    advise.add_argument("--samples", required=True, help="training rows")
-    advise.add_argument("--features", default="0", help="features per row (sizes lr, svm, kmeans, mlp)")
+    advise.add_argument(
+        "--model",
+        default=None,
+        help="lr, svm, softmax, multiclass_svm, kmeans, mlp, mobilenet, resnet18, resnet50 (required, or from --job)",
+    )
+    advise.add_argument(
+        "--dataset-bytes",
+        default=None,
+        help="bytes of the binary shards workers hold, e.g. 1.3e9, 800MB (default: computed from "
+        "--samples x --features as float32 rows, or from --nnz; not the size of a CSV or LIBSVM file)",
+    )
+    advise.add_argument("--samples", default=None, help="training rows (required, or from --job's manifest)")
+    advise.add_argument("--features", default=None, help="features per row (sizes lr, svm, kmeans, mlp; and the data)")
     advise.add_argument("--params", default=None, help="parameter count (overrides the model's)")
     advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
-    advise.add_argument("--k", default="8", help="kmeans clusters")
-    advise.add_argument("--sparse", action="store_true", help="sparse rows (uses a profile's sparse timing)")
+    advise.add_argument("--k", default=None, help="kmeans clusters (default: 8)")
+    advise.add_argument(
+        "--sparse", action="store_true", help="sparse rows: CSR shards (sized by --nnz or --density), sparse timing"
+    )
     advise.add_argument(
         "--algorithm",
-        default="ga_sgd",
+        default=None,
         choices=list(catalogue.ALGORITHMS),
-        help="the model predicts ga_sgd, ma_sgd, admm, kmeans",
+        help="the model predicts ga_sgd (default), ma_sgd, admm, kmeans",
     )
-    advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
-    advise.add_argument("--batch-size", default="100", help="batch size per worker")
-    advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")
+    advise.add_argument("--optimizer", default=None, help="sgd (default), momentum, adam (checkpoint size)")
+    advise.add_argument("--batch-size", default=None, help="batch size per worker (default: 100)")
+    advise.add_argument("--local-epochs", default=None, help="ma_sgd/admm: epochs between averagings (default: 1)")
     length = advise.add_mutually_exclusive_group()
     length.add_argument("--epochs", default=None, help="epochs to the target loss (default 10)")
     length.add_argument("--rounds", default=None, help="collective rounds to the target loss, whatever W")
     length.add_argument("--from-result", default=None, metavar="RESULT.json", help="a short measured run's result")
     advise.add_argument("--target-loss", default=None, help="with --from-result: the loss to reach")
-    advise.add_argument("--workers", default="1,2,5,10,20,50", help="worker counts to try")
+    advise.add_argument("--workers", default=None, help="worker counts to try (default: 1,2,5,10,20,50)")
     advise.add_argument(
         "--channels",
         type=names_in("channel", (*catalogue.SHARED_CHANNELS, *MODELLED_ONLY)),
@@ -385,10 +396,10 @@ def _advisor_parsers(commands: Any) -> None:
     advise.add_argument(
         "--patterns",
         type=names_in("pattern", catalogue.PATTERNS),
-        default=",".join(catalogue.PATTERNS),
-        help="communication patterns to try (default: %(default)s)",
+        default=None,
+        help=f"communication patterns to try (default: {','.join(catalogue.PATTERNS)})",
     )
-    advise.add_argument("--memory", default="1769,3008,10240", help="Lambda memory sizes (MB) to try")
+    advise.add_argument("--memory", default=None, help="Lambda memory sizes (MB) to try (default: 1769,3008,10240)")
     advise.add_argument("--instances", default=None, help="EC2 instance types to try (default: all priced)")
     advise.add_argument("--region", default="us-east-1", help="whose prices (default: %(default)s)")
     advise.add_argument(
@@ -405,3 +416,15 @@ def _advisor_parsers(commands: Any) -> None:
     _plot_arg(advise, "cost against time", "advice.png")
     _output_args(advise)
     advise.add_argument("--all", action="store_true", help="print every configuration, not just the summary")
+    # What a job file and its dataset say (lambdaml.cli.advice_job); a flag above overrides it.
+    advise.add_argument(
+        "--job",
+        default=None,
+        metavar="JOB.yaml",
+        help="take the model, algorithm, workers, channel, pattern and memory from a job file, and the "
+        "samples, features, classes and shard bytes from its dataset's manifest",
+    )
+    advise.add_argument("--classes", default=None, help="classes of the labels (softmax, multiclass_svm; default: 2)")
+    sparsity = advise.add_mutually_exclusive_group()
+    sparsity.add_argument("--nnz", default=None, help="with --sparse: non-zero features in all training rows")
+    sparsity.add_argument("--density", default=None, help="with --sparse: the fraction of features that are non-zero")

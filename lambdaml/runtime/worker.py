@@ -45,7 +45,19 @@ _TIME_KEYS = ("load_s", "compute_s", "comm_s", "wait_s", "total_s")
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    """This process's peak resident memory so far, in MiB.
+
+    Linux's ``ru_maxrss`` keeps, across exec, the RSS the parent had when it forked: a local
+    worker spawned by a driver holding a dataset would report the driver's. So /proc's
+    VmHWM (this program's own high-water mark) comes first, ``ru_maxrss`` where there is no /proc.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

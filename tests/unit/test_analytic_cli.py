@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from analytic_model.profile import save_profile
+from analytic_model.shard_size import binary_dataset_bytes
 from lambdaml.cli import main
 
 LR = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "1.2GB", "--samples", "11e6"]
@@ -72,7 +73,10 @@ def test_advise_reads_a_profile_by_name(
             "error: lambdaml advise: argument --channels: unknown channel 'kafka'; known: s3, redis, memcached, ",
         ),
         (["--instances", "x9.huge"], "error: unknown instance type 'x9.huge'; known: c5.2xlarge"),
-        (["--model", "gpt"], "error: unknown model 'gpt'; known: kmeans, lr, mlp, mobilenet, resnet18, resnet50, svm"),
+        (
+            ["--model", "gpt"],
+            "error: unknown model 'gpt'; known: kmeans, lr, mlp, mobilenet, multiclass_svm, resnet18, resnet50, ",
+        ),
         (["--profile", "/no/such/profile.json"], "error: profile file '/no/such/profile.json' not found"),
         (["--from-result", "r.json"], "error: --from-result needs --target-loss"),
         (["--workers", "2,x"], "error: --workers must be a whole number, got 'x'"),
@@ -89,3 +93,56 @@ def test_bad_arguments_end_in_one_line(extra: list[str], message: str, capsys: p
     assert captured.err.startswith(message)
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
     assert captured.out == ""
+
+
+BARE = ["advise", "--workers", "2", "--memory", "3008", "--instances", "c5.large"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--samples", "1e6"], "error: lambdaml advise: --model is required (or --job JOB.yaml"),
+        (["--model", "lr", "--samples", "1e6"], "error: give --features (float32 values a row) or --dataset-bytes"),
+        (["--model", "lr", "--samples", "1e6", "--features", "28", "--sparse"], "error: --nnz and --density go with"),
+        (["--model", "lr", "--samples", "1e6", "--features", "28", "--nnz", "9"], "error: --nnz and --density go with"),
+        (["--model", "lr", "--samples", "1e3", "--features", "8", "--sparse", "--density", "2"], "error: --density is"),
+        (["--model", "lr", "--samples", "1e3", "--features", "8", "--sparse", "--nnz", "1e9"], "error: nnz must be"),
+        (["--model", "lr", "--samples", "1e3", "--dataset-bytes", "1e6", "--nnz", "5"], "error: --nnz and --density"),
+        (["--model", "lr", "--samples", "1e3", "--features", "8", "--classes", "10"], "error: model 'lr' is binary"),
+    ],
+)
+def test_sizing_the_data_wrongly_ends_in_one_line(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*BARE, *extra]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(message), captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+SPARSE = ["--model", "lr", "--features", "47236", "--sparse"]
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--model", "lr", "--features", "28"], binary_dataset_bytes(11_000_000, 28)),
+        ([*SPARSE, "--nnz", "8e7"], binary_dataset_bytes(11_000_000, 47236, nnz=80_000_000)),
+        ([*SPARSE, "--density", "1e-4"], binary_dataset_bytes(11_000_000, 47236, nnz=51_959_600)),
+        (["--model", "resnet50", "--dataset-bytes", "1.5GB"], 1.5e9),
+    ],
+)
+def test_the_dataset_bytes_are_the_binary_shards_unless_given(
+    extra: list[str], expected: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*BARE, "--samples", "11e6", *extra, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workload"]["dataset_bytes"] == expected
+
+
+def test_softmax_is_sized_by_its_classes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main([*BARE, "--model", "softmax", "--samples", "6e4", "--features", "784", "--classes", "10", "--json"]) == 0
+    )
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    # One round's vector: (784 + 1) x 10 float64 weights and the loss statistics, on the wire.
+    assert row["requests"]["bytes_sent"] > 785 * 10 * 8

@@ -2,7 +2,9 @@
 
 Each test sets up the paper's scenario, asks the advisor, and asserts the paper's ordering
 with a margin. If a change to the defaults or the model flips one of them, the test says
-which finding no longer holds.
+which finding no longer holds. Datasets are sized as LambdaML's workers hold them (binary
+float32 shards, ``binary_dataset_bytes``); where the paper's 8 GB of Higgs text changes a
+verdict, a test says how and why.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import itertools
 import pytest
 
 from analytic_model import Advice, Prediction, Workload, advise, aws_profile
+from analytic_model.shard_size import binary_dataset_bytes
 
 HIGGS_ROWS = 11_000_000
-HIGGS_PAPER_BYTES = 8e9  # Higgs as the paper's workers read it from S3 (its table lists about 8 GB)
-HIGGS_BINARY_BYTES = HIGGS_ROWS * 29 * 4  # LambdaML's float32 shards: 28 features and the label
-CIFAR10_BYTES = 50_000 * 3 * 32 * 32 * 4  # float32 pixels
+HIGGS_TEXT_BYTES = 8e9  # Higgs as the paper's workers read it from S3: text (its table lists about 8 GB)
+HIGGS_BINARY_BYTES = binary_dataset_bytes(HIGGS_ROWS, 28)  # LambdaML's float32 shards: 1.28 GB
+CIFAR10_BYTES = binary_dataset_bytes(50_000, 3 * 32 * 32)  # float32 pixels and labels
+#: Epochs of a run long enough that Lambda's bill for training catches up with the cluster's
+#: billed start-up (about 15 s of training on each Lambda worker against 70 s of EC2 start-up).
+HIGGS_LONG_EPOCHS = 200
 PAPER_LAMBDA_MB = 3008  # the paper's function memory
 
 
@@ -29,17 +35,19 @@ def _split(advice: Advice) -> tuple[list[Prediction], list[Prediction], list[Pre
     return faas, cpu, gpu
 
 
-def _higgs(algorithm: str, dataset_bytes: float) -> Workload:
+def _higgs(algorithm: str, dataset_bytes: float, epochs: int = 10) -> Workload:
     return Workload(
         "lr", dataset_bytes=dataset_bytes, samples=HIGGS_ROWS, features=28, algorithm=algorithm, batch_size=10_000,
-        epochs=10,
+        epochs=epochs,
     )  # fmt: skip
 
 
 @pytest.mark.parametrize("algorithm", ["admm", "ma_sgd"])
 def test_lr_on_higgs_faas_is_faster_than_iaas_but_not_significantly_cheaper(algorithm: str) -> None:
-    """Communication-light LR on Higgs, 10 workers: Lambda wins on time (no VM start-up), not on cost."""
-    advice = advise(_higgs(algorithm, HIGGS_PAPER_BYTES), workers=[10], memory_mb=[PAPER_LAMBDA_MB])
+    """Communication-light LR on Higgs, 10 workers, over a run of some length: Lambda wins on time
+    (no VM start-up), not on cost."""
+    workload = _higgs(algorithm, HIGGS_BINARY_BYTES, epochs=HIGGS_LONG_EPOCHS)
+    advice = advise(workload, workers=[10], memory_mb=[PAPER_LAMBDA_MB])
     faas, cpu, _ = _split(advice)
     assert faas and cpu
     fastest_faas, fastest_iaas = min(r.time_s for r in faas), min(r.time_s for r in cpu)
@@ -49,12 +57,25 @@ def test_lr_on_higgs_faas_is_faster_than_iaas_but_not_significantly_cheaper(algo
     assert cheapest_faas >= 0.8 * cheapest_iaas  # ... but the cheapest cluster costs about as little
 
 
-def test_lr_on_higgs_binary_shards_makes_faas_cheaper_too() -> None:
-    """The cost finding depends on the job's length: LambdaML's 1.3 GB of binary shards load in seconds,
-    and then the VMs' billed start-up dominates, so the model finds Lambda cheaper as well."""
+def test_a_short_lr_run_on_higgs_binary_shards_makes_faas_cheaper_too() -> None:
+    """The cost finding depends on the job's length: 10 epochs on LambdaML's 1.3 GB of binary shards
+    take seconds, and then the VMs' billed start-up is nearly all of their cost, so Lambda is cheaper too."""
     advice = advise(_higgs("admm", HIGGS_BINARY_BYTES), workers=[10], memory_mb=[PAPER_LAMBDA_MB])
     faas, cpu, _ = _split(advice)
     assert min(r.cost for r in faas) < 0.5 * min(r.cost for r in cpu)
+    iaas = min(cpu, key=lambda r: r.cost)
+    assert iaas.time["startup_s"] > 0.9 * iaas.time_s
+
+
+def test_the_papers_8_gb_of_text_evens_the_cost_of_a_short_run() -> None:
+    """Read as the paper's workers read it (8 GB of text), loading is most of Lambda's bill: the
+    same 10 epochs cost about as much as the cheapest cluster, which loads over a faster network."""
+    advice = advise(_higgs("admm", HIGGS_TEXT_BYTES), workers=[10], memory_mb=[PAPER_LAMBDA_MB])
+    faas, cpu, _ = _split(advice)
+    assert min(r.time_s for r in faas) < 0.5 * min(r.time_s for r in cpu)
+    cheapest = min(faas, key=lambda r: r.cost)
+    assert cheapest.cost >= 0.8 * min(r.cost for r in cpu)
+    assert cheapest.time["load_s"] > 0.5 * cheapest.time_s
 
 
 def test_resnet50_a_gpu_instance_is_faster_and_cheaper_than_lambda() -> None:

@@ -99,7 +99,7 @@ def test_every_subcommand_takes_verbose_and_quiet() -> None:
         (["train", "job.yaml", "--no-such-flag"], ("unrecognized arguments: --no-such-flag",)),
         (["local"], ("lambdaml local:", "required: COMMAND")),
         (["data", "prepare", "d", "--shards", "1"], ("one of the arguments --input --synthetic --builtin",)),
-        (["advise", "--model", "lr"], ("lambdaml advise:", "--dataset-bytes", "--samples")),
+        (["advise", "--model", "lr"], ("lambdaml advise:", "--samples is required", "--job")),
         (["status", "job-1"], ("lambdaml status:", "--stack")),
     ],
 )

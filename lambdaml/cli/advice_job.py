@@ -1,0 +1,112 @@
+"""``lambdaml advise --job JOB.yaml``: the advise options a job file and its dataset's manifest give.
+
+A flag the user gave wins. What is still unset comes from the job (its model, algorithm and
+the algorithm's settings, the workers and Lambda memory where the file sets them, its
+channel, pattern and instance type; its protocol and compression for ``--protocol`` and
+``--compression``, where the advisor has them) and, unless the flags already
+size the data, from the dataset's manifest in the job's storage: training rows, features,
+classes, whether it is sparse, and the bytes of its shards (what workers really hold; where
+the flags change the rows or features, the bytes are computed for those instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from lambdaml import catalogue
+from lambdaml.config import JobSpec, parse_job, read_job_file
+from lambdaml.errors import ConfigError, LambdaMLError
+
+log = logging.getLogger(__name__)
+
+#: The flags that say what the data is; given both, the manifest is not read (its bytes would not apply).
+DATA_FLAGS = ("samples", "features")
+
+
+def _fill(args: argparse.Namespace, name: str, value: Any) -> None:
+    """Set an option the user left unset (None); one they gave is theirs."""
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+def job_options(job: JobSpec, raw: dict[str, Any]) -> dict[str, Any]:
+    """The options a job gives, as the command line would give them (text, or the parsed name lists).
+
+    ``raw`` is the file as written: workers, memory and the instance type count only where it
+    sets them (the job's defaults say nothing about the user's job); a pattern of ``auto`` leaves
+    every pattern to the advisor.
+    """
+    spec = job.algorithm
+    options: dict[str, Any] = {
+        "model": job.model.name,
+        "algorithm": spec.name,
+        "optimizer": spec.optimizer,
+        "batch_size": str(spec.batch_size),
+        "local_epochs": str(spec.local_epochs),
+        "k": str(job.model.k),
+        "protocol": job.sync.protocol,
+    }
+    compression = spec.compression_spec
+    if compression is not None:
+        options["compression"] = compression.name
+    if job.channel.kind in catalogue.SHARED_CHANNELS:  # "memory" is one process's: no Lambda equivalent
+        options["channels"] = [job.channel.kind]
+    if job.sync.pattern != "auto":
+        options["patterns"] = [job.sync.pattern]
+    if "workers" in raw:
+        options["workers"] = str(job.workers)
+    if "memory_mb" in (raw.get("runtime") or {}):
+        options["memory"] = str(job.runtime.memory_mb)
+    if "instance_type" in (raw.get("iaas") or {}):
+        options["instances"] = job.iaas.instance_type
+    return options
+
+
+def manifest_options(job: JobSpec) -> dict[str, Any]:
+    """Rows, features, classes, sparsity and shard bytes from the dataset's manifest in the job's storage.
+
+    A manifest that cannot be read (no bucket reachable, no such dataset) is one line that
+    says which flags give the same figures.
+    """
+    from lambdaml.data.shards import read_manifest
+    from lambdaml.storage import open_storage
+
+    where = f"s3://{job.storage.bucket}" + (f" at {job.storage.endpoint_url}" if job.storage.endpoint_url else "")
+    try:
+        manifest = read_manifest(open_storage(job.storage), job.dataset)
+    except LambdaMLError as exc:
+        raise ConfigError(
+            f"cannot read the manifest of dataset {job.dataset!r} from {where} ({exc}); pass --samples and "
+            "--features instead (with --classes for a multiclass dataset, --sparse --nnz N for a sparse one)"
+        ) from None
+    log.info("dataset %s version %s: %d rows", manifest.name, manifest.dataset_version, manifest.train_rows)
+    return {
+        "samples": str(manifest.train_rows),
+        "features": str(manifest.n_features),
+        "classes": str(manifest.n_classes),
+        "dataset_bytes": str(sum(manifest.shard_bytes)),
+        "sparse": manifest.format == "csr",
+    }
+
+
+def apply_job(args: argparse.Namespace) -> None:
+    """Fill the options the user left unset from ``args.job`` and its dataset's manifest."""
+    raw = read_job_file(args.job)
+    job = parse_job(raw, str(args.job))
+    length_given = any(getattr(args, name, None) is not None for name in ("epochs", "rounds", "from_result"))
+    for name, value in job_options(job, raw).items():
+        _fill(args, name, value)
+    if not length_given:
+        args.epochs = str(job.algorithm.epochs)
+    if all(getattr(args, name) is not None for name in DATA_FLAGS):
+        return
+    reshaped = any(getattr(args, name) is not None for name in DATA_FLAGS)  # a what-if on other data
+    found = manifest_options(job)
+    if found.pop("sparse"):
+        args.sparse = True  # CSR shards: sparse timing
+    if reshaped:  # the shards' bytes are of the rows and features the manifest counts, not these
+        del found["dataset_bytes"]
+    for name, value in found.items():
+        _fill(args, name, value)
