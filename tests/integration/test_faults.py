@@ -47,6 +47,8 @@ pytestmark = pytest.mark.timeout(180)
 
 WORKERS = 3
 KINDS = ("redis", "memcached", "s3", "dynamodb")
+#: The sync timeout of the jobs a fault ends: never reached by a healthy round on 2 loaded cores.
+FAULT_TIMEOUT_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -278,21 +280,21 @@ def test_cache_restarted_mid_job_ends_clearly_within_the_timeout(
     start_server = local_services.start_redis if kind == "redis" else local_services.start_memcached
     server = start_server()
     channel = ChannelSpec(kind=kind, port=server.port)  # type: ignore[arg-type]
-    job = make_job(spec, channel, algorithm={"epochs": 6}, sync={"timeout_s": 4})
+    job = make_job(spec, channel, algorithm={"epochs": 6}, sync={"timeout_s": FAULT_TIMEOUT_S})
     lam = invoker()
     began = time.monotonic()
     try:
         job_id = start(job, lam)
-        store.wait_for([keys.worker_heartbeat(job_id, 1, 0)], timeout=60)  # mid-job: an epoch is done
+        store.wait_for([keys.worker_heartbeat(job_id, 1, 0)], timeout=120)  # mid-job: an epoch is done
         server.stop()
         server = start_server(port=server.port)
-        lam.join(timeout=60)
+        lam.join(timeout=120)
         elapsed = time.monotonic() - began
         status = get_json(store, keys.job_status(job_id))
         assert status["state"] in ("succeeded", "failed")
         if status["state"] == "failed":  # the restart lost the round's keys: the wait times out
-            assert "timed out after 4s" in status["error"] and kind in status["error"]
-        assert elapsed < 60
+            assert f"timed out after {FAULT_TIMEOUT_S:g}s" in status["error"] and kind in status["error"]
+        assert elapsed < 240  # started, an epoch, then at most one timeout: bounded, with a wide margin
         assert_no_keys_left(channel, job_id)
     finally:
         server.stop()
@@ -320,17 +322,42 @@ def test_channel_s3_stopped_mid_job_fails_clearly_within_the_timeout(storage: tu
 
 # --- a straggler -------------------------------------------------------------------
 
-_slow = threading.local()
-STEP_S = 0.02  # every rank's compute per step, well above a round trip even when loaded; the straggler's is 5x
+_rank = threading.local()
+GATE_S = 120.0  # the straggler's wait for the others: only a broken ASP comes near it
+AHEAD = 12  # steps the others take while the straggler's first waits (they take 24 or more in all)
+
+
+class Steps:
+    """Every rank's steps so far, and, for ASP, a gate that holds the straggler's first step
+    until every other rank is AHEAD steps on: faults at fixed points, never by wall clock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.count = [0] * WORKERS
+        self.largest_lead = 0  # the most steps a fast rank was ever ahead of the straggler
+        self.gated = False
+        self.gate_held = False  # whether the others got AHEAD steps on while the straggler waited
+
+    def step(self, rank: int) -> None:
+        slow = WORKERS - 1
+        with self.lock:
+            if rank == slow and self.gated and self.count[slow] == 0:
+                self.gate_held = self.lock.wait_for(lambda: min(self.count[:slow]) >= AHEAD, timeout=GATE_S)
+            self.count[rank] += 1
+            self.largest_lead = max(self.largest_lead, max(self.count[:slow]) - self.count[slow])
+            self.lock.notify_all()
+
+
+_steps = Steps()
 
 
 class StragglerLR(LogisticRegression):
-    """LR whose steps take STEP_S, or 5 x STEP_S on the thread marked slow."""
+    """LR that counts each rank's steps in ``_steps`` (the last rank is the straggler)."""
 
     name = "straggler_lr"
 
     def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray) -> tuple[float, np.ndarray]:
-        time.sleep(STEP_S * (5 if getattr(_slow, "on", False) else 1))
+        _steps.step(_rank.value)
         return super().loss_grad_sum(params, X, y)
 
 
@@ -349,7 +376,7 @@ def straggler_model() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("protocol", ["bsp", "asp"])
-def test_a_straggler_five_times_slower_holds_back_bsp_but_not_asp(
+def test_a_straggler_holds_back_bsp_but_not_asp(
     protocol: str, storage: tuple[StorageSpec, Channel], services: Services, straggler_model: None
 ) -> None:
     spec, store = storage
@@ -359,9 +386,12 @@ def test_a_straggler_five_times_slower_holds_back_bsp_but_not_asp(
     work = worker_with_channel(channel)
 
     def marked(event: dict[str, Any], context: Any, *, invoker: ThreadInvoker) -> dict[str, Any]:
-        _slow.on = event["rank"] == WORKERS - 1
+        _rank.value = event["rank"]
         return work(event, context, invoker=invoker)
 
+    global _steps
+    _steps = Steps()
+    _steps.gated = protocol == "asp"
     lam.handlers["worker"] = marked
     job_id = start(job, lam)
     lam.join()
@@ -369,12 +399,11 @@ def test_a_straggler_five_times_slower_holds_back_bsp_but_not_asp(
     assert result.status == "succeeded"
     losses = [p.loss for p in result.loss_curve]
     assert losses[-1] < losses[0]
-    # When each rank finished its last epoch (ASP's final merge of updates comes after).
-    *fast, slow = (w.epoch_elapsed_s[-1] for w in result.workers)
-    if protocol == "bsp":  # everyone waits for the straggler every round
-        assert min(fast) > 0.7 * slow
-    else:  # the others run at their own pace
-        assert max(fast) < 0.5 * slow
+    if protocol == "bsp":  # a rank's next step needs every rank's gradient of this one: lockstep
+        assert _steps.largest_lead <= 1, _steps.count
+    else:  # the others run on while the straggler's first step waits for them
+        assert _steps.gate_held, f"the other ranks never got {AHEAD} steps ahead: {_steps.count}"
+        assert _steps.largest_lead >= AHEAD
     assert_no_keys_left(channel, job_id)
 
 
