@@ -138,7 +138,19 @@ def _workload_from(args: argparse.Namespace) -> Any:
         local_epochs=int(_number(args.local_epochs, "local-epochs", integer=True)),
         optimizer=args.optimizer,
         sparse=args.sparse,
+        compression=args.compression,
+        levels=int(_number(args.levels, "levels", integer=True)),
+        ratio=_number(args.ratio, "ratio"),
+        error_feedback=False if args.no_error_feedback else None,
+        warmup_steps=int(_number(args.warmup_steps, "warmup-steps", integer=True)),
+        protocol=args.protocol,
+        staleness=_whole(args.staleness, "staleness"),
     )
+
+
+def _whole(text: str, what: str) -> int:
+    """A whole number of at least zero from an option (SSP's staleness may be 0)."""
+    return 0 if text.strip() in ("0", "0.0") else int(_number(text, what, integer=True))
 
 
 def cmd_advise(args: argparse.Namespace) -> int:

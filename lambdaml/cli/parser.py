@@ -362,8 +362,24 @@ def _advisor_parsers(commands: Any) -> None:
         "--algorithm",
         default="ga_sgd",
         choices=list(catalogue.ALGORITHMS),
-        help="the model predicts ga_sgd, ma_sgd, admm, kmeans",
+        help="as the job file's algorithm.name (default: %(default)s)",
     )
+    advise.add_argument(
+        "--compression",
+        default=None,
+        choices=list(catalogue.COMPRESSORS),
+        help="as algorithm.compression.name (default: none; onebit_adam: onebit)",
+    )
+    advise.add_argument("--levels", default="16", help="qsgd: quantization levels (default: %(default)s)")
+    advise.add_argument("--ratio", default="0.01", help="topk: share of the entries sent (default: %(default)s)")
+    advise.add_argument(
+        "--no-error-feedback", action="store_true", help="compress without error feedback (error_feedback: false)"
+    )
+    advise.add_argument("--warmup-steps", default="100", help="onebit_adam: uncompressed steps (default: %(default)s)")
+    advise.add_argument(
+        "--protocol", default="bsp", choices=list(catalogue.PROTOCOLS), help="sync.protocol (default: %(default)s)"
+    )
+    advise.add_argument("--staleness", default="4", help="ssp: pushes a worker may run ahead (default: %(default)s)")
     advise.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam (checkpoint size)")
     advise.add_argument("--batch-size", default="100", help="batch size per worker")
     advise.add_argument("--local-epochs", default="1", help="ma_sgd/admm: epochs between averagings")

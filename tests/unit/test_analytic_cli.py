@@ -79,7 +79,10 @@ def test_advise_reads_a_profile_by_name(
         (["--patterns", "ring"], "error: lambdaml advise: argument --patterns: unknown pattern 'ring'; known: "),
         (["--patterns", ","], "error: lambdaml advise: argument --patterns: names nothing"),
         (["--algorithm", "sgd"], "error: lambdaml advise: argument --algorithm: invalid choice: 'sgd'"),
-        (["--algorithm", "dpsgd"], "error: algorithm 'dpsgd' is not modelled yet"),
+        (["--algorithm", "dpsgd", "--compression", "onebit"], "error: algorithm 'dpsgd' does not compress what it"),
+        (["--algorithm", "admm", "--protocol", "asp"], "error: algorithm 'admm' runs only under protocol 'bsp'"),
+        (["--compression", "topk", "--ratio", "2"], "error: ratio must be in (0, 1], got 2.0"),
+        (["--staleness", "x"], "error: --staleness must be a whole number, got 'x'"),
         (["--region", "mars-1"], "error: no prices for region 'mars-1'"),
     ],
 )
