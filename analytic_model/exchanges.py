@@ -29,7 +29,7 @@ from analytic_model.collectives import (
 )
 from analytic_model.profile import ModelInfo
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
-from analytic_model.wire import CODEC_PASSES, SEAL_BYTES, Compression, tensor_bytes, update_bytes
+from analytic_model.wire import CODEC_CALL_VALUES, CODEC_PASSES, SEAL_BYTES, Compression, tensor_bytes, update_bytes
 from analytic_model.workload import Schedule, Workload
 from lambdaml import catalogue
 
@@ -105,6 +105,13 @@ def _pass_s(values: float, float_bytes: int, add_Bps: float) -> float:
     return values * float_bytes / add_Bps
 
 
+def _codec_s(name: str, n: float, float_bytes: int, add_Bps: float, calls: tuple[float, float],
+             passes: float) -> float:  # fmt: skip
+    """CPU of ``calls`` (compress, decompress) calls and ``passes`` over the vector's ``n`` values."""
+    fixed = calls[0] * CODEC_CALL_VALUES[name][0] + calls[1] * CODEC_CALL_VALUES[name][1]
+    return passes * _pass_s(n, float_bytes, add_Bps) + _pass_s(fixed, 8, add_Bps)  # fixed: timed on float64
+
+
 def _compressed(
     compressor: Compression,
     n: int,
@@ -128,7 +135,7 @@ def _compressed(
         vector = value - header
         # Critical path: a worker compresses, the aggregator decompresses W-1 values, sums them,
         # compresses the merged one, and everyone decompresses it.
-        passes = 2 * compress + w * decompress + (w - 1)
+        passes, calls = 2 * compress + w * decompress + (w - 1), (2.0, float(w))
     else:
         base, extra = divmod(n, w)
         sizes = [base + (1 if j < extra else 0) for j in range(w)]
@@ -137,8 +144,9 @@ def _compressed(
         # Every worker compresses its pieces and, as owner, one merged chunk; it decompresses the
         # W-1 pieces of its chunk and the W-1 merged chunks, and sums the pieces.
         passes = compress * (1 + 1 / w) + (2 * decompress + 1) * (w - 1) / w
+        calls = (w + 1.0, 2.0 * (w - 1))  # a call per piece and per merged chunk
     cost = collective(channel, pattern, w, vector, add_Bps, polling, header)
-    codec_s = passes * _pass_s(n, float_bytes, add_Bps)
+    codec_s = _codec_s(compressor.name, n, float_bytes, add_Bps, calls, passes)
     return replace(cost, seconds=cost.seconds + codec_s, phases={**cost.phases, "codec": codec_s})
 
 
@@ -159,7 +167,8 @@ def _ring(
     message = compressor.value_bytes(n, float_bytes)
     compress, decompress = CODEC_PASSES[compressor.name]
     k = ring_degree(w)
-    codec_s = (compress + k * decompress + k + 1) * _pass_s(n, float_bytes, add_Bps)  # and the mixing
+    mixing = k + 1  # the neighbours' vectors added to one's own, or applied to the replicas
+    codec_s = _codec_s(compressor.name, n, float_bytes, add_Bps, (1.0, k), compress + k * decompress + mixing)
     exchange = ring_exchange(channel, w, message, polling, codec_s)
     # Once an epoch the sample count and loss are summed; once a run the models are averaged.
     loss_sum = collective(channel, pattern, w, 2 * float_bytes, add_Bps, polling, header)

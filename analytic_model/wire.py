@@ -96,10 +96,21 @@ def update_bytes(values: int, float_bytes: int) -> int:
 #: and decompressing. Assumption, from timing numpy 1-D vectors of 1e5 and 1e6 float64 on one
 #: core of a shared 2-core VM against ``np.add`` of the same vectors (the ratios held within
 #: about 30% between the two sizes).
-CODEC_PASSES: dict[str, tuple[float, float]] = {
+CODEC_PASSES: dict[str, tuple[float, float]] = {  # (compress, decompress)
     "identity": (2.0, 1.0),
     "onebit": (12.0, 6.0),
     "qsgd": (100.0, 25.0),
     "uint8": (6.0, 1.5),
     "topk": (8.0, 0.5),
+}
+#: The fixed CPU of one compress (with error feedback, into a codec bundle) and one decompress
+#: (from a bundle) beyond what a plain tensor's encode and decode cost, in float64 values added
+#: (``compute.add_Bps``): what a small vector costs whatever its length (numpy calls, the bundle's
+#: table). Assumption, from timing 29-value vectors against ``np.add`` of 1e6 on the same VM.
+CODEC_CALL_VALUES: dict[str, tuple[float, float]] = {
+    "identity": (5e3, 5e3),
+    "onebit": (5e4, 4e4),
+    "qsgd": (1.5e5, 6e4),
+    "uint8": (5e4, 3e4),
+    "topk": (6e4, 3e4),
 }
