@@ -150,7 +150,13 @@ def _workload_from(args: argparse.Namespace) -> Any:
 
 def _whole(text: str, what: str) -> int:
     """A whole number of at least zero from an option (SSP's staleness may be 0)."""
-    return 0 if text.strip() in ("0", "0.0") else int(_number(text, what, integer=True))
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"--{what} must be a whole number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ConfigError(f"--{what} must be a whole number of at least 0, got {text!r}")
+    return int(value)
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
