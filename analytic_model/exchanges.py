@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.collectives import (
+    PATTERNS,
     Requests,
     RoundCost,
     _cleanup,
@@ -32,6 +33,7 @@ from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_
 from analytic_model.wire import CODEC_CALL_VALUES, CODEC_PASSES, SEAL_BYTES, Compression, tensor_bytes, update_bytes
 from analytic_model.workload import Schedule, Workload
 from lambdaml import catalogue
+from lambdaml.errors import ConfigError
 
 #: ASP: pushes between a worker publishing its read cursor, and rank 0 pruning (``asp.PRUNE_EVERY``).
 PRUNE_EVERY = 16
@@ -57,6 +59,8 @@ def communication(
     header: int,
 ) -> RoundCost:
     """The communication of one average round of ``workload`` (compute excluded)."""
+    if pattern not in PATTERNS:  # ASP never reaches a collective that would refuse it
+        raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
     if workers <= 1:
         return RoundCost(0.0, Requests())
     compressor = workload.compressor

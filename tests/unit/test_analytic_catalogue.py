@@ -236,6 +236,8 @@ def test_asp_has_no_barrier_and_records_the_staleness_of_its_merges() -> None:
     ssp0 = predict_faas(workload("ga_sgd", protocol="ssp", staleness=0), 10, "s3", "allreduce", 3008, profile)
     ssp4 = predict_faas(workload("ga_sgd", protocol="ssp", staleness=4), 10, "s3", "allreduce", 3008, profile)
     assert ssp0.round_s > ssp4.round_s  # staleness 0 waits for every other worker's push
+    with pytest.raises(ConfigError, match="unknown pattern 'ring'; known: allreduce"):
+        predict_faas(asp, 4, "s3", "ring", 3008, profile)  # no collective, still a checked pattern
 
 
 def _world(world: int, job: str) -> tuple[list[MemoryView], list[ChannelCommunicator]]:
