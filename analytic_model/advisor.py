@@ -219,6 +219,7 @@ def advise(
 
     rows: list[Prediction] = []
     skipped: list[str] = []
+    patterns = _patterns_for(workload, patterns, skipped)
     for w in sorted(set(workers)):
         need = memory_needed_mb(profile, workload.dataset_bytes / w, info.runtime)
         for memory in memory_mb:
@@ -243,10 +244,27 @@ def advise(
             if not iaas_fits(workload, w, name, profile):
                 skipped.append(f"IaaS {w} x {name}: its memory does not hold a shard of the dataset")
                 continue
-            rows.append(predict_iaas(workload, w, name, profile, region=region))
+            try:
+                rows.append(predict_iaas(workload, w, name, profile, region=region))
+            except Infeasible as exc:
+                skipped.append(f"IaaS {w} x {name}: {exc}")
     if not rows:
         raise ConfigError("no configuration fits: use more workers or larger Lambda memory / instances")
     return Advice(workload, region, profile.target, rows, skipped)
+
+
+def _patterns_for(workload: Workload, patterns: Sequence[str], skipped: list[str]) -> list[str]:
+    """The patterns a workload's rounds can run over: compression refuses the 2-D one, and ASP
+    pushes and pulls the same way whatever the pattern (one row, not one per pattern)."""
+    kept = list(patterns)
+    if workload.compressor is not None and "scatter_reduce_2d" in kept:
+        kept.remove("scatter_reduce_2d")
+        skipped.append("pattern scatter_reduce_2d: compression runs over allreduce or scatter_reduce only")
+    if workload.protocol != "bsp":
+        kept = kept[:1]
+    if not kept:
+        raise ConfigError("no pattern left to try: compression runs over pattern 'allreduce' or 'scatter_reduce'")
+    return kept
 
 
 def _distinct(patterns: Sequence[str], workers: int) -> list[str]:

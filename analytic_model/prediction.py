@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from analytic_model.channel_perf import MODELLED_ONLY
-from analytic_model.collectives import Requests, collective, ring_allreduce_s
+from analytic_model.collectives import Requests, ring_allreduce_s
 from analytic_model.compute import architecture_speed, compute_rates, faas_speed, iaas_speed, on_gpu, round_compute_s
+from analytic_model.exchanges import communication, expected_staleness
 from analytic_model.profile import Profile
 from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
 from analytic_model.transfers import Polling
@@ -54,6 +55,7 @@ class Prediction:
     label_architecture: bool = False
     notes: tuple[str, ...] = ()  # e.g. that the channel is modelled only
     uncertainty: Uncertainty | None = None  # the profile's: how far a measurement may fall from this
+    staleness: float | None = None  # ASP/SSP: other workers' updates one push merges (None: BSP)
 
     @property
     def label(self) -> str:
@@ -123,12 +125,11 @@ def predict_faas(
     rates = compute_rates(workload, info, profile)
     speed = faas_speed(profile, memory_mb, workers) * architecture_speed(profile, architecture)
     shard = workload.dataset_bytes / workers
-    vector = workload.vector_bytes(info)
     header = profile.codec_header_bytes
     add_Bps = profile.compute.add_Bps * speed
 
     compute = round_compute_s(sched, rates, speed) + (perf.step_wake_s if workers > 1 else 0.0)
-    comm = collective(perf, pattern, workers, vector, add_Bps, Polling.of(profile), header)
+    comm = communication(workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile), header)
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
 
@@ -190,6 +191,7 @@ def predict_faas(
         architecture=architecture,
         notes=(MODELLED_ONLY[channel],) if channel in MODELLED_ONLY else (),
         uncertainty=profile.uncertainty,
+        staleness=expected_staleness(workload, workers),
     )
 
 
@@ -220,10 +222,17 @@ def _channel_dollars(
 def predict_iaas(
     workload: Workload, workers: int, instance_type: str, profile: Profile, *, region: str = "us-east-1"
 ) -> Prediction:
-    """Time and cost of ``workers`` EC2 instances training with a ring all-reduce."""
+    """Time and cost of ``workers`` EC2 instances training with a ring all-reduce.
+
+    A compressed job moves its whole vector there: over gloo the compressed arithmetic runs on
+    a plain all-reduce (``CompressedAllreduce``), so its bytes are the uncompressed job's.
+    """
     info = workload.check(profile)
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
+    if workload.protocol != "bsp" or workload.decentralized:  # as the iaas backends refuse them
+        what = f"protocol {workload.protocol!r}" if workload.protocol != "bsp" else f"{workload.algorithm!r} (a ring)"
+        raise Infeasible(f"the iaas backends run BSP collectives over gloo only, not {what}")
     instance = profile.instance(instance_type)
     table = prices(region)
     try:

@@ -1,7 +1,8 @@
 """What is trained, independent of where: the model, the data, the algorithm, and how its work splits into rounds.
 
-The algorithms a job may name come from the plug-in catalogue; the model predicts those it
-has a schedule for (``MODELLED``) and refuses the others in one line.
+Every algorithm the plug-in catalogue lists is predicted, with every compression and protocol a
+job file accepts for it; a combination the job file refuses is refused here in the same line
+(the catalogue's own check).
 """
 
 from __future__ import annotations
@@ -10,20 +11,26 @@ import math
 from dataclasses import dataclass
 
 from analytic_model.profile import ModelInfo, Profile
+from analytic_model.wire import Compression
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
-#: The algorithms the model predicts, with the vectors a worker checkpoints: params (+ base, + z and u).
-MODELLED = {"ga_sgd": 1, "ma_sgd": 2, "admm": 3, "kmeans": 1}
+#: The vectors of the size of the parameters a worker checkpoints, by algorithm: params (+ base,
+#: + z and u; 1-bit Adam's frozen variance; the ring methods' neighbour replicas, estimates or copies).
+STATE_VECTORS = {
+    "ga_sgd": 1,
+    "ma_sgd": 2,
+    "admm": 3,
+    "kmeans": 1,
+    "onebit_adam": 2,
+    "dpsgd": 1,
+    "dcd_psgd": 3,
+    "ecd_psgd": 3,
+    "choco_sgd": 4,
+}
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}  # extra state vectors per parameter vector
 _STATS = 2  # sample count and loss sum travel with the vector (``_with_stats``)
-
-
-def check_modelled(algorithm: str) -> None:
-    """An algorithm the catalogue knows and the model predicts; otherwise a one-line ConfigError."""
-    catalogue.algorithm(algorithm)  # an unknown name fails here, listing the catalogue's
-    if algorithm not in MODELLED:
-        raise ConfigError(f"algorithm {algorithm!r} is not modelled yet; the cost model predicts {', '.join(MODELLED)}")
+_EF_VECTORS = 2  # error feedback: a worker's memory of what it sent, and of the chunks it merged
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,13 @@ class Workload:
     optimizer: str = "sgd"
     sparse: bool = False
     classes: int = 2  # of the labels: sizes softmax and multiclass_svm
+    compression: str | None = None  # the job's ``algorithm.compression.name`` (None: none given)
+    levels: int = 16  # qsgd
+    ratio: float = 0.01  # topk
+    error_feedback: bool | None = None  # None: on where it applies, as in the job file
+    warmup_steps: int = 100  # onebit_adam: uncompressed Adam steps before the variance freezes
+    protocol: str = "bsp"  # bsp, asp or ssp
+    staleness: int = 4  # ssp: pushes a worker may run ahead
 
     def check(self, profile: Profile) -> ModelInfo:
         """Validate against the profile's catalog; user mistakes raise ConfigError with one line."""
@@ -68,9 +82,7 @@ class Workload:
             raise ConfigError(f"features must be a positive number, got {self.features!r}")
         if info.needs_features and self.params is None and self.features < 1:
             raise ConfigError(f"model {self.model!r} needs --features (its size depends on them) or --params")
-        check_modelled(self.algorithm)
-        if (self.algorithm == "kmeans") != (self.model == "kmeans"):
-            raise ConfigError("the kmeans algorithm and the kmeans model go together")
+        catalogue.algorithm(self.algorithm)  # an unknown name fails here, listing the catalogue's
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
         if isinstance(self.classes, bool) or not isinstance(self.classes, int) or self.classes < 2:
@@ -81,7 +93,42 @@ class Workload:
                 f"model {self.model!r} is binary, but the data has {self.classes} classes; "
                 "use softmax or multiclass_svm"
             )
+        for name, count, least in (("warmup-steps", self.warmup_steps, 1), ("staleness", self.staleness, 0)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < least:
+                raise ConfigError(f"{name} must be a whole number of at least {least}, got {count!r}")
+        if self.compression is not None:
+            Compression(self.compression, self.levels, self.ratio).check()
+        catalogue.check_relaxation(
+            self.algorithm, self.compression, error_feedback=self.error_feedback, optimizer=self.optimizer
+        )
+        catalogue.check_protocol(
+            self.algorithm,
+            self.protocol,
+            compression_given=self.compression is not None,
+            compressed=self.compressor is not None,
+            pattern="auto",
+        )
+        if (self.algorithm == "kmeans") != (self.model == "kmeans"):
+            raise ConfigError("the kmeans algorithm and the kmeans model go together")
         return info
+
+    @property
+    def compressor(self) -> Compression | None:
+        """What is sent compressed: the job's compression, or the algorithm's own default (1-bit Adam: onebit)."""
+        if self.compression is not None:
+            return Compression(self.compression, self.levels, self.ratio)
+        if catalogue.algorithm(self.algorithm).compression == "required":
+            return Compression("onebit")  # the job file's CompressionSpec() default
+        return None
+
+    @property
+    def decentralized(self) -> bool:
+        return catalogue.algorithm(self.algorithm).decentralized
+
+    @property
+    def error_feedback_on(self) -> bool:
+        """Whether compressed collectives keep error-feedback memories (``compressed_allreduce``)."""
+        return self.compressor is not None and not self.decentralized and self.error_feedback is not False
 
     def n_params(self, info: ModelInfo) -> int:
         return int(self.params) if self.params is not None else info.params(self.features, self.k, self.classes)
@@ -93,7 +140,8 @@ class Workload:
 
     def state_bytes(self, info: ModelInfo) -> float:
         """Bytes of one worker's checkpoint (parameters, algorithm state, optimizer state)."""
-        vectors = MODELLED[self.algorithm] + OPTIMIZERS[self.optimizer]
+        optimizer = 2 if self.algorithm == "onebit_adam" else OPTIMIZERS[self.optimizer]  # Adam whatever the setting
+        vectors = STATE_VECTORS[self.algorithm] + optimizer + (_EF_VECTORS if self.error_feedback_on else 0)
         return vectors * self.n_params(info) * info.bytes_per_param
 
 
@@ -109,7 +157,7 @@ class Schedule:
 def schedule(workload: Workload, workers: int) -> Schedule:
     rows = math.ceil(workload.samples / workers)
     steps_per_epoch = max(1, math.ceil(rows / workload.batch_size))  # every worker takes the largest shard's steps
-    if workload.algorithm == "ga_sgd":
+    if workload.algorithm in ("ga_sgd", "onebit_adam") or workload.decentralized:  # an exchange every step
         per_epoch, samples, steps = float(steps_per_epoch), float(min(workload.batch_size, rows)), 1.0
     elif workload.algorithm == "kmeans":
         per_epoch, samples, steps = 1.0, float(rows), 1.0

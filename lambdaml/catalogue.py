@@ -188,3 +188,39 @@ def model(name: str) -> ModelInfo:
 
 def algorithm(name: str) -> AlgorithmInfo:
     return lookup(ALGORITHMS, "algorithm", name)
+
+
+#: The synchronization protocols a job may name (``sync.protocol``).
+PROTOCOLS = ("bsp", "asp", "ssp")
+
+
+def check_relaxation(name: str, compression: str | None, *, error_feedback: bool | None, optimizer: str) -> None:
+    """What an algorithm accepts of compression and optimizer (the job file's rule, and the cost model's).
+
+    ``compression``: the compressor the job names (None: none given). One-line ConfigError otherwise.
+    """
+    kind = algorithm(name)
+    if compression is not None and kind.compression == "none":
+        hint = "; use dcd_psgd, ecd_psgd or choco_sgd" if kind.decentralized else ""
+        raise ConfigError(f"algorithm {name!r} does not compress what it sends{hint}")
+    if compression is not None and error_feedback and kind.decentralized:
+        raise ConfigError(f"error_feedback does not apply to {name!r}, which compensates compression itself")
+    if optimizer not in kind.optimizers:
+        raise ConfigError(f"optimizer {optimizer!r} does not apply to algorithm {name!r}")
+
+
+def check_protocol(name: str, protocol: str, *, compression_given: bool, compressed: bool, pattern: str) -> None:
+    """What runs under a protocol and a pattern (the job file's rule, and the cost model's).
+
+    ``compression_given``: the job names a compression; ``compressed``: it sends compressed
+    values (also 1-bit Adam by default). ``pattern``: the pattern asked for, or "auto".
+    """
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol != "bsp" and not algorithm(name).supports_async:
+        raise ConfigError(f"algorithm {name!r} runs only under protocol 'bsp', not {protocol!r}")
+    if protocol != "bsp" and compression_given:
+        raise ConfigError(f"compression runs under protocol 'bsp' only, not {protocol!r}")
+    if pattern == "scatter_reduce_2d" and compressed:
+        # Its row sums are reduced again down the columns: compressing them needs error feedback of its own.
+        raise ConfigError("compression runs over pattern 'allreduce' or 'scatter_reduce', not 'scatter_reduce_2d'")

@@ -267,15 +267,16 @@ class AlgorithmSpec(_Spec):
 
     @model_validator(mode="after")
     def _relaxations(self) -> AlgorithmSpec:
-        kind = catalogue.algorithm(self.name)
         compression = self.compression
-        if compression is not None and kind.compression == "none":
-            hint = "; use dcd_psgd, ecd_psgd or choco_sgd" if kind.decentralized else ""
-            raise ValueError(f"algorithm {self.name!r} does not compress what it sends{hint}")
-        if compression is not None and compression.error_feedback and kind.decentralized:
-            raise ValueError(f"error_feedback does not apply to {self.name!r}, which compensates compression itself")
-        if self.optimizer not in kind.optimizers:
-            raise ValueError(f"optimizer {self.optimizer!r} does not apply to algorithm {self.name!r}")
+        try:  # the catalogue's rule, which the cost model applies too
+            catalogue.check_relaxation(
+                self.name,
+                None if compression is None else compression.name,
+                error_feedback=None if compression is None else compression.error_feedback,
+                optimizer=self.optimizer,
+            )
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     @property
@@ -362,13 +363,16 @@ class JobSpec(_Spec):
     @model_validator(mode="after")
     def _combination(self) -> JobSpec:
         algorithm = self.algorithm.name
-        if self.sync.protocol != "bsp" and not catalogue.algorithm(algorithm).supports_async:
-            raise ValueError(f"algorithm {algorithm!r} runs only under protocol 'bsp', not {self.sync.protocol!r}")
-        if self.sync.protocol != "bsp" and self.algorithm.compression is not None:
-            raise ValueError(f"compression runs under protocol 'bsp' only, not {self.sync.protocol!r}")
-        if self.sync.pattern == "scatter_reduce_2d" and self.algorithm.compression_spec is not None:
-            # Its row sums are reduced again down the columns: compressing them needs error feedback of its own.
-            raise ValueError("compression runs over pattern 'allreduce' or 'scatter_reduce', not 'scatter_reduce_2d'")
+        try:  # the catalogue's rule, which the cost model applies too
+            catalogue.check_protocol(
+                algorithm,
+                self.sync.protocol,
+                compression_given=self.algorithm.compression is not None,
+                compressed=self.algorithm.compression_spec is not None,
+                pattern=self.sync.pattern,
+            )
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if (algorithm == "kmeans") != (self.model.name == "kmeans"):
             raise ValueError("the kmeans algorithm and the kmeans model go together")
         return self

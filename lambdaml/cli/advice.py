@@ -106,6 +106,11 @@ ADVISE_DEFAULTS = {
     "batch_size": "100",
     "local_epochs": "1",
     "classes": "2",
+    "levels": "16",
+    "ratio": "0.01",
+    "warmup_steps": "100",
+    "protocol": "bsp",
+    "staleness": "4",
     "workers": "1,2,5,10,20,50",
     "memory": "1769,3008,10240",
 }
@@ -197,7 +202,25 @@ def _workload_from(args: argparse.Namespace) -> Any:
         optimizer=args.optimizer,
         sparse=args.sparse,
         classes=int(_number(args.classes, "classes", integer=True)),
+        compression=args.compression,
+        levels=int(_number(args.levels, "levels", integer=True)),
+        ratio=_number(args.ratio, "ratio"),
+        error_feedback=False if args.no_error_feedback else None,
+        warmup_steps=int(_number(args.warmup_steps, "warmup-steps", integer=True)),
+        protocol=args.protocol,
+        staleness=_whole(args.staleness, "staleness"),
     )
+
+
+def _whole(text: str, what: str) -> int:
+    """A whole number of at least zero from an option (SSP's staleness may be 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"--{what} must be a whole number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ConfigError(f"--{what} must be a whole number of at least 0, got {text!r}")
+    return int(value)
 
 
 def cmd_advise(args: argparse.Namespace) -> int:

@@ -375,8 +375,24 @@ def _advisor_parsers(commands: Any) -> None:
         "--algorithm",
         default=None,
         choices=list(catalogue.ALGORITHMS),
-        help="the model predicts ga_sgd (default), ma_sgd, admm, kmeans",
+        help="as the job file's algorithm.name (default: ga_sgd)",
     )
+    advise.add_argument(
+        "--compression",
+        default=None,
+        choices=list(catalogue.COMPRESSORS),
+        help="as algorithm.compression.name (default: none; onebit_adam: onebit)",
+    )
+    advise.add_argument("--levels", default=None, help="qsgd: quantization levels (default: 16)")
+    advise.add_argument("--ratio", default=None, help="topk: share of the entries sent (default: 0.01)")
+    advise.add_argument(
+        "--no-error-feedback", action="store_true", help="compress without error feedback (error_feedback: false)"
+    )
+    advise.add_argument("--warmup-steps", default=None, help="onebit_adam: uncompressed steps (default: 100)")
+    advise.add_argument(
+        "--protocol", default=None, choices=list(catalogue.PROTOCOLS), help="sync.protocol (default: bsp)"
+    )
+    advise.add_argument("--staleness", default=None, help="ssp: pushes a worker may run ahead (default: 4)")
     advise.add_argument("--optimizer", default=None, help="sgd (default), momentum, adam (checkpoint size)")
     advise.add_argument("--batch-size", default=None, help="batch size per worker (default: 100)")
     advise.add_argument("--local-epochs", default=None, help="ma_sgd/admm: epochs between averagings (default: 1)")

@@ -37,6 +37,21 @@ def test_advise_json_is_valid_and_complete(capsys: pytest.CaptureFixture[str]) -
     assert data["prices_checked"] and data["workload"]["samples"] == 11_000_000
 
 
+def test_advise_takes_compression_and_protocol_for_any_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*LR, *SMALL, "--channels", "s3,redis", "--compression", "onebit", "--json"]) == 0
+    compressed = json.loads(capsys.readouterr().out)
+    assert compressed["workload"]["compression"] == "onebit"
+    assert all(r["pattern"] != "scatter_reduce_2d" for r in compressed["rows"])  # compression runs without it
+    assert any("scatter_reduce_2d" in s for s in compressed["skipped"])
+    assert main([*LR, *SMALL, "--channels", "s3", "--algorithm", "choco_sgd", "--compression", "qsgd", "--json"]) == 0
+    ring = json.loads(capsys.readouterr().out)
+    assert {r["platform"] for r in ring["rows"]} == {"faas"}  # the iaas backends do not run ring methods
+    assert any("IaaS 2 x c5.large: the iaas backends run BSP collectives over gloo only" in s for s in ring["skipped"])
+    assert main([*LR, *SMALL, "--channels", "redis", "--protocol", "asp", "--json"]) == 0
+    asp = json.loads(capsys.readouterr().out)
+    assert sorted(r["staleness"] for r in asp["rows"]) == [1.0, 9.0]  # one row per W: the pattern does not matter
+
+
 def test_advise_writes_the_cost_against_time_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plot = tmp_path / "advice.png"
     assert main([*LR, *SMALL, "--plot", str(plot)]) == 0
@@ -83,7 +98,14 @@ def test_advise_reads_a_profile_by_name(
         (["--patterns", "ring"], "error: lambdaml advise: argument --patterns: unknown pattern 'ring'; known: "),
         (["--patterns", ","], "error: lambdaml advise: argument --patterns: names nothing"),
         (["--algorithm", "sgd"], "error: lambdaml advise: argument --algorithm: invalid choice: 'sgd'"),
-        (["--algorithm", "dpsgd"], "error: algorithm 'dpsgd' is not modelled yet"),
+        (["--algorithm", "dpsgd", "--compression", "onebit"], "error: algorithm 'dpsgd' does not compress what it"),
+        (["--algorithm", "admm", "--protocol", "asp"], "error: algorithm 'admm' runs only under protocol 'bsp'"),
+        (["--compression", "topk", "--ratio", "2"], "error: ratio must be in (0, 1], got 2.0"),
+        (["--staleness", "x"], "error: --staleness must be a whole number, got 'x'"),
+        (
+            ["--protocol", "ssp", "--staleness", "-1"],
+            "error: --staleness must be a whole number of at least 0, got '-1'",
+        ),
         (["--region", "mars-1"], "error: no prices for region 'mars-1'"),
     ],
 )

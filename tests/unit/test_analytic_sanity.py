@@ -22,6 +22,12 @@ WORKLOADS = {
     ),
     "resnet50": Workload("resnet50", dataset_bytes=1.5e8, samples=50_000, epochs=1, batch_size=64),
 }
+# Compressed and decentralized: predicted on FaaS only (the iaas backends run BSP collectives).
+FAAS_ONLY = {
+    "lr_onebit": replace(WORKLOADS["lr"], compression="onebit"),
+    "mlp_onebit_adam": replace(WORKLOADS["mlp"], algorithm="onebit_adam", optimizer="adam"),
+    "lr_choco_sgd": replace(WORKLOADS["lr"], algorithm="choco_sgd", compression="qsgd"),
+}
 WORKERS = (1, 2, 4, 10, 50, 100)
 MEMORIES = (1024, 3008, 10240)
 CHANNELS = ("s3", "redis", "memcached", "dynamodb")
@@ -34,7 +40,7 @@ MOST_S, MOST_DOLLARS = 365 * 86400.0, 1e6
 def faas_grid() -> list[tuple[str, int, int, str, str]]:
     return [
         (model, workers, memory, channel, pattern)
-        for model in ("lr", "kmeans", "mlp")
+        for model in ("lr", "kmeans", "mlp", *FAAS_ONLY)
         for workers in WORKERS
         for memory in MEMORIES
         for channel in CHANNELS
@@ -47,7 +53,7 @@ def iaas_grid() -> list[tuple[str, int, str]]:
 
 
 def faas(profile: Profile, model: str, workers: int, memory: int, channel: str, pattern: str) -> Prediction:
-    return predict_faas(WORKLOADS[model], workers, channel, pattern, memory, profile)
+    return predict_faas({**WORKLOADS, **FAAS_ONLY}[model], workers, channel, pattern, memory, profile)
 
 
 def iaas(profile: Profile, model: str, workers: int, instance: str) -> Prediction:
