@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 DEFAULT_PORT = 11211
-DEFAULT_MAX_ITEM_BYTES = 1_000_000  # under the 1 MiB default item limit, with room for the key and header
+# The 1 MiB default item limit counts the item's header (about 56 bytes) and its key (at most 250)
+# too: 1 MiB less 1 KiB leaves room for both, and a 1 MB piece (d = 1e6 over W = 4) fits in one item.
+DEFAULT_MAX_ITEM_BYTES = 1_047_552
 SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
 LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
 _BATCH = 100  # keys per multi-get / multi-delete request

@@ -105,6 +105,20 @@ def test_large_value_round_trips_and_parts_are_cleaned(channel: Channel, prefix:
     assert list(channel._list(prefix)) == []
 
 
+def test_a_value_at_the_item_limit_under_a_long_key_is_one_item(channel: Channel, prefix: str) -> None:
+    # The limit leaves room for the store's own item overhead: a value of exactly the limit is stored whole.
+    if channel.max_item_bytes is None:
+        pytest.skip("values are never chunked here")
+    key = prefix + "k" * (230 - len(prefix))  # memcached keys (a part's too) hold at most 250 bytes
+    data = os.urandom(channel.max_item_bytes)
+    channel.put(key, data)
+    assert list(channel._list(prefix)) == [key]
+    assert channel.get(key) == data
+    channel.put(key, data + b"!")  # one byte more is chunked, and its parts fit as well
+    assert len(list(channel._list(prefix))) == 3
+    assert channel.get(key) == data + b"!"
+
+
 def test_wait_for_returns_values_written_later(channel: Channel, prefix: str) -> None:
     keys = [f"{prefix}w/{i}" for i in range(3)]
 
