@@ -206,6 +206,20 @@ def test_a_part_of_another_write_of_the_key_is_never_reassembled(channel: Channe
         channel.get(key)
 
 
+def test_chunked_values_read_together_fetch_their_parts_in_one_call(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if channel.max_item_bytes is None:
+        pytest.skip("values are never chunked here")
+    values = {f"{prefix}cv/{i}": os.urandom(2 * channel.max_item_bytes + i) for i in range(3)}
+    channel.put_many(list(values.items()))
+    calls: list[int] = []
+    fetch = channel._get_many
+    monkeypatch.setattr(channel, "_get_many", lambda keys: calls.append(len(keys)) or fetch(keys))
+    assert channel.get_many([*values, prefix + "cv/missing"]) == values
+    assert calls == [4, 9]  # the keys, then the 3 parts of each of the 3 values at once, not one call a value
+
+
 def test_put_many_writes_small_and_chunked_values_in_batches(channel: Channel, prefix: str) -> None:
     # More small values than one batch carries, and values each over the item limit in between.
     small = {f"{prefix}pm/s{i:03d}": os.urandom(40 + i % 7) for i in range(250)}
