@@ -427,6 +427,19 @@ class Channel(ABC):
         """
         return self._wait(list(dict.fromkeys(keys)), self.get_many, timeout, backoff, lambda k: k)
 
+    def wait_for_views(
+        self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        """``wait_for``, the values as read-only views: a sealed channel opens them without copying them."""
+        return {k: memoryview(v).toreadonly() for k, v in self.wait_for(keys, timeout, backoff=backoff).items()}
+
+    def wait_for_packed_views(
+        self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        """``wait_for_packed``, the values as read-only views (as ``wait_for_views``)."""
+        found = self.wait_for_packed(pieces, timeout, backoff=backoff)
+        return {k: memoryview(v).toreadonly() for k, v in found.items()}
+
     def _wait(
         self,
         pending: list[W],
