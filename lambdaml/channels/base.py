@@ -310,7 +310,7 @@ class Channel(ABC):
         """Return the value at ``key``; raises KeyNotFound."""
         raw = self._retry(self._get, key)
         self.stats.add(gets=1, bytes_received=len(raw))
-        return self._assemble(key, raw)
+        return self._assemble({key: raw})[key]
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         """Fetch several keys concurrently (or in one batch); missing keys are left out."""
@@ -318,7 +318,7 @@ class Channel(ABC):
             return {}
         found = self._retry(self._get_many, list(keys))
         self.stats.add(gets=len(keys), bytes_received=sum(len(v) for v in found.values()))
-        return {k: self._assemble(k, v) for k, v in found.items()}
+        return self._assemble(found)
 
     @property
     def native_ranges(self) -> bool:
@@ -404,13 +404,20 @@ class Channel(ABC):
         found = self.wait_for_ranges(list(reads.values()), max(deadline - time.monotonic(), 0.0), backoff=backoff)
         return {p.key: found[reads[p]] if where[p][2] > where[p][1] else b"" for p in pieces}
 
-    def _assemble(self, key: str, raw: bytes) -> bytes:
-        manifest = manifest_of(key, raw, self.kind)
-        if manifest is None:
-            return raw
-        parts = self._retry(self._get_many, manifest.part_keys)
-        self.stats.add(gets=manifest.parts, bytes_received=sum(len(v) for v in parts.values()))
-        return join_parts(manifest, parts, self.kind)
+    def _assemble(self, found: dict[str, bytes]) -> dict[str, bytes]:
+        """The values ``found`` holds, chunked ones joined from their parts.
+
+        The parts of every chunked value are fetched in one call, so W-1 chunked pieces cost
+        one more round trip, not W-1 of them one after another.
+        """
+        manifests = [m for k, raw in found.items() if (m := manifest_of(k, raw, self.kind)) is not None]
+        if not manifests:
+            return found
+        part_keys = [part for manifest in manifests for part in manifest.part_keys]
+        parts = self._retry(self._get_many, part_keys)
+        self.stats.add(gets=len(part_keys), bytes_received=sum(len(v) for v in parts.values()))
+        joined = {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
+        return {key: joined.get(key, raw) for key, raw in found.items()}
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.
@@ -419,6 +426,19 @@ class Channel(ABC):
         millisecond, so a round costs about what its transfers cost.
         """
         return self._wait(list(dict.fromkeys(keys)), self.get_many, timeout, backoff, lambda k: k)
+
+    def wait_for_views(
+        self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        """``wait_for``, the values as read-only views: a sealed channel opens them without copying them."""
+        return {k: memoryview(v).toreadonly() for k, v in self.wait_for(keys, timeout, backoff=backoff).items()}
+
+    def wait_for_packed_views(
+        self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        """``wait_for_packed``, the values as read-only views (as ``wait_for_views``)."""
+        found = self.wait_for_packed(pieces, timeout, backoff=backoff)
+        return {k: memoryview(v).toreadonly() for k, v in found.items()}
 
     def _wait(
         self,

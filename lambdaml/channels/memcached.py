@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 import pymemcache.client.base
-from pymemcache.client.base import Client, PooledClient
+from pymemcache.client.base import Client, PooledClient, _readline
 from pymemcache.exceptions import (
     MemcacheError,
     MemcacheIllegalInputError,
     MemcacheServerError,
     MemcacheUnexpectedCloseError,
+    MemcacheUnknownError,
 )
 
 from lambdaml import credentials
@@ -35,10 +36,13 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 DEFAULT_PORT = 11211
-DEFAULT_MAX_ITEM_BYTES = 1_000_000  # under the 1 MiB default item limit, with room for the key and header
+# The 1 MiB default item limit counts the item's header (about 56 bytes) and its key (at most 250)
+# too: 1 MiB less 1 KiB leaves room for both, and a 1 MB piece (d = 1e6 over W = 4) fits in one item.
+DEFAULT_MAX_ITEM_BYTES = 1_047_552
 SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
 LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
 _BATCH = 100  # keys per multi-get / multi-delete request
+_IOV_MAX = 1024  # buffers one sendmsg takes on Linux
 
 # pymemcache reads responses 4 KB per recv() and has no option for it: an 800 KB value took
 # 200 system calls, 0.85 ms on loopback against 0.30 ms with 64 KB reads.
@@ -96,6 +100,42 @@ class _AuthenticatingPool(PooledClient):  # type: ignore[misc]
         client = super()._create_client()
         client.login = self.login
         return client
+
+
+def _send_sets(client: Client, items: Sequence[tuple[str, bytes]]) -> list[str]:
+    """``set`` every item on the client's connection, sent with scatter-gather I/O; the keys not stored."""
+    buffers: list[bytes | memoryview] = []
+    for key, data in items:
+        buffers += (b"set %s 0 0 %d\r\n" % (client.check_key(key, client.key_prefix), len(data)), data, b"\r\n")
+    if client.sock is None:
+        client._connect()
+    try:
+        _send_all(client.sock, buffers)
+        refused, buf = [], b""
+        for key, _ in items:
+            buf, line = _readline(client.sock, buf)
+            client._raise_errors(line, b"set")
+            if line == b"NOT_STORED":
+                refused.append(key)
+            elif line != b"STORED":
+                raise MemcacheUnknownError(line[:32])
+        return refused
+    except BaseException:
+        client.close()  # a reply may be left unread: the connection is of no further use
+        raise
+
+
+def _send_all(sock: socket.socket, buffers: list[bytes | memoryview]) -> None:
+    """``sendall`` of several buffers without joining them; ``sendmsg`` may send only part of them."""
+    views = [memoryview(b) for b in buffers if len(b)]
+    first = 0  # views before it are sent
+    while first < len(views):
+        sent = sock.sendmsg(views[first : first + _IOV_MAX])
+        while first < len(views) and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
 
 
 class MemcachedChannel(Channel):
@@ -169,16 +209,35 @@ class MemcachedChannel(Channel):
             raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
 
     def _put(self, key: str, data: bytes) -> None:
-        stored = self._call(f"set {key}", self.client.set, key, data, noreply=False)
-        if not stored:
+        if self._set([(key, data)]):
             raise ChannelError(f"memcached at {self.endpoint} did not store {key} ({len(data)} bytes)")
 
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
-        refused = self._call(f"set of {len(items)} keys", self.client.set_many, dict(items), noreply=False)
+        refused = self._set(items)
         if refused:
             raise ChannelError(
                 f"memcached at {self.endpoint} did not store {len(refused)} of {len(items)} keys (first: {refused[0]})"
             )
+
+    def _set(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
+        """Store the items with pipelined ``set`` commands; returns the keys the server refused.
+
+        pymemcache builds each command by concatenating it with its value, two copies of
+        every byte (about 14% of a ScatterReduce worker's CPU at d = 1e6): on a pooled client
+        the commands go out with one ``sendmsg`` from the values' own memory instead.
+        """
+        what = f"set {items[0][0]}" if len(items) == 1 else f"set of {len(items)} keys"
+        pool = getattr(self.client, "client_pool", None)
+        if pool is None:  # a client passed in as it is: its own commands
+            if len(items) == 1:
+                return [] if self._call(what, self.client.set, *items[0], noreply=False) else [items[0][0]]
+            return [str(k) for k in self._call(what, self.client.set_many, dict(items), noreply=False)]
+
+        def store() -> list[str]:
+            with pool.get_and_release(destroy_on_fail=True) as client:
+                return _send_sets(client, items)
+
+        return self._call(what, store)
 
     def _get(self, key: str) -> bytes:
         value = self._call(f"get {key}", self.client.get, key)

@@ -74,6 +74,12 @@ class SealedChannel(Channel):
         found = self.inner.wait_for(keys, timeout, backoff=backoff)
         return {key: self.sealer.open(key, raw) for key, raw in found.items()}
 
+    def wait_for_views(
+        self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        found = self.inner.wait_for(keys, timeout, backoff=backoff)
+        return {key: self.sealer.open_view(key, raw) for key, raw in found.items()}
+
     # Ranges are raw bytes (part of a sealed value is no value to open); packed pieces are opened.
     def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
         return self.inner.get_ranges(ranges)
@@ -84,11 +90,19 @@ class SealedChannel(Channel):
     def wait_for_packed(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
     ) -> dict[str, bytes]:
-        sealed = [
-            p if p.lengths is None else replace(p, lengths=tuple(n + OVERHEAD for n in p.lengths)) for p in pieces
-        ]
-        found = self.inner.wait_for_packed(sealed, timeout, backoff=backoff)
+        found = self.inner.wait_for_packed(self._sealed_lengths(pieces), timeout, backoff=backoff)
         return {key: self.sealer.open(key, raw) for key, raw in found.items()}
+
+    def wait_for_packed_views(
+        self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, memoryview]:
+        found = self.inner.wait_for_packed(self._sealed_lengths(pieces), timeout, backoff=backoff)
+        return {key: self.sealer.open_view(key, raw) for key, raw in found.items()}
+
+    @staticmethod
+    def _sealed_lengths(pieces: Sequence[Piece]) -> list[Piece]:
+        """The pieces with the lengths their sealed values have on the wire."""
+        return [p if p.lengths is None else replace(p, lengths=tuple(n + OVERHEAD for n in p.lengths)) for p in pieces]
 
     def delete(self, keys: Sequence[str]) -> None:
         self.inner.delete(keys)

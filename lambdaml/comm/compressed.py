@@ -134,7 +134,7 @@ class _CompressingCodec:
             self.exact_pieces[self.state.rank] = self.exact
         return q
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         value, extra = self._unbundle(raw, like.size, chunk, what)
         if chunk == 0 and extra is not None:
             self.exact_pieces[sender] = extra
@@ -146,13 +146,13 @@ class _CompressingCodec:
             self.exact_sum = rank_order_sum(self.exact_pieces[r] for r in range(self.state.world))
         return _bundle(payload, self.exact_sum if chunk == 0 else None), q
 
-    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         value, extra = self._unbundle(raw, like.size, chunk, what)
         if chunk == 0:
             self.exact_sum = extra
         return value
 
-    def _unbundle(self, raw: bytes, size: int, chunk: int, what: str) -> tuple[Array, Array | None]:
+    def _unbundle(self, raw: bytes | memoryview, size: int, chunk: int, what: str) -> tuple[Array, Array | None]:
         payload = dict(codec.decode_bundle(raw, what=what))
         extra = payload.pop(_EXACT, None)
         extras = self.exact if chunk == 0 else None

@@ -47,7 +47,13 @@ def rank_order_sum(values: Iterable[Array]) -> Array:
 
 
 def owner_sum(
-    codec: ChunkCodec, chunk: int, own: Array, like: Array, senders: Iterable[int], raw: Mapping[int, bytes], what: str
+    codec: ChunkCodec,
+    chunk: int,
+    own: Array,
+    like: Array,
+    senders: Iterable[int],
+    raw: Mapping[int, bytes | memoryview],
+    what: str,
 ) -> Array:
     """The owner's sum of ``chunk``: its own piece where the sender is the owner itself, every
     other sender's decoded piece elsewhere, added in the senders' order. ``what`` names a piece
@@ -78,13 +84,13 @@ class ChunkCodec(Protocol):
     def own_piece(self, chunk: int, values: Array) -> Array:
         """My piece of the chunk I own, as the sum counts it (what its wire value would decode to)."""
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         """``sender``'s piece of the chunk I own."""
 
     def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
         """The wire value of the merged chunk I own, and the values every rank reads from it."""
 
-    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         """A merged chunk another rank owns."""
 
 
@@ -100,13 +106,13 @@ class PlainCodec:
     def own_piece(self, chunk: int, values: Array) -> Array:
         return values
 
-    def decode_piece(self, chunk: int, sender: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
     def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
         return codec.encode(total), total
 
-    def decode_merged(self, chunk: int, raw: bytes, like: Array, what: str) -> Array:
+    def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
 

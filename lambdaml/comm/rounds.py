@@ -71,13 +71,15 @@ class Round:
         """Store the pieces as one value at ``key``, each sealed under its own key, and remember it."""
         self._written.extend(self._channel.put_packed(key, pieces))
 
-    def wait_for_packed(self, pieces: Sequence[Piece]) -> dict[str, bytes]:
+    def wait_for_packed(self, pieces: Sequence[Piece]) -> dict[str, memoryview]:
         """The pieces by their keys, once their packed values exist (bounded, opened and checked)."""
-        return self._channel.wait_for_packed(pieces, self._timeout_s)
+        return self._channel.wait_for_packed_views(pieces, self._timeout_s)
 
-    def wait_for(self, keys: Sequence[str]) -> dict[str, bytes]:
-        """The values of ``keys``, once all exist (bounded by the job's timeout; opened and checked)."""
-        return self._channel.wait_for(keys, self._timeout_s)
+    def wait_for(self, keys: Sequence[str]) -> dict[str, memoryview]:
+        """The values of ``keys``, once all exist (bounded by the job's timeout; opened and checked).
+
+        Read-only views, not copies: a pattern only decodes what it reads."""
+        return self._channel.wait_for_views(keys, self._timeout_s)
 
     def retire(self, behind: int = 1) -> None:
         """Every rank is past round ``number - behind``: what this rank wrote up to it may go.

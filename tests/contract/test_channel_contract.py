@@ -105,6 +105,20 @@ def test_large_value_round_trips_and_parts_are_cleaned(channel: Channel, prefix:
     assert list(channel._list(prefix)) == []
 
 
+def test_a_value_at_the_item_limit_under_a_long_key_is_one_item(channel: Channel, prefix: str) -> None:
+    # The limit leaves room for the store's own item overhead: a value of exactly the limit is stored whole.
+    if channel.max_item_bytes is None:
+        pytest.skip("values are never chunked here")
+    key = prefix + "k" * (230 - len(prefix))  # memcached keys (a part's too) hold at most 250 bytes
+    data = os.urandom(channel.max_item_bytes)
+    channel.put(key, data)
+    assert list(channel._list(prefix)) == [key]
+    assert channel.get(key) == data
+    channel.put(key, data + b"!")  # one byte more is chunked, and its parts fit as well
+    assert len(list(channel._list(prefix))) == 3
+    assert channel.get(key) == data + b"!"
+
+
 def test_wait_for_returns_values_written_later(channel: Channel, prefix: str) -> None:
     keys = [f"{prefix}w/{i}" for i in range(3)]
 
@@ -190,6 +204,20 @@ def test_a_part_of_another_write_of_the_key_is_never_reassembled(channel: Channe
     channel._put(K.chunk_part(key, 1), stale_part)  # same length, the other write's bytes
     with pytest.raises(ChannelError, match="reassembled wrong"):
         channel.get(key)
+
+
+def test_chunked_values_read_together_fetch_their_parts_in_one_call(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if channel.max_item_bytes is None:
+        pytest.skip("values are never chunked here")
+    values = {f"{prefix}cv/{i}": os.urandom(2 * channel.max_item_bytes + i) for i in range(3)}
+    channel.put_many(list(values.items()))
+    calls: list[int] = []
+    fetch = channel._get_many
+    monkeypatch.setattr(channel, "_get_many", lambda keys: calls.append(len(keys)) or fetch(keys))
+    assert channel.get_many([*values, prefix + "cv/missing"]) == values
+    assert calls == [4, 9]  # the keys, then the 3 parts of each of the 3 values at once, not one call a value
 
 
 def test_put_many_writes_small_and_chunked_values_in_batches(channel: Channel, prefix: str) -> None:

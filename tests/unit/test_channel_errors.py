@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -265,3 +267,38 @@ def test_memcached_refused_set_is_an_error() -> None:
         chan.put("comm/a", b"x")
     with pytest.raises(ChannelError, match=r"did not store 1 of 2 keys \(first: comm/b\)"):
         chan.put_many([("comm/a", b"x"), ("comm/b", b"y")])
+
+
+def test_memcached_sets_survive_partial_sends() -> None:
+    # A small send buffer makes sendmsg send part of the buffers each call: all must arrive, in order.
+    from lambdaml.channels.memcached import _send_all
+
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    ours.settimeout(10.0)  # as the client's sockets are: sendmsg then returns after a partial send
+    values = [os.urandom(n) for n in (70_000, 0, 1, 300_000, 12)]
+    received = bytearray()
+
+    def read() -> None:
+        while chunk := theirs.recv(1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with ours:
+        _send_all(ours, [*values, memoryview(values[3])[5:9]])
+    reader.join()
+    theirs.close()
+    assert bytes(received) == b"".join(values) + values[3][5:9]
+
+
+def test_memcached_value_over_the_servers_limit_is_refused(memcached_port: int, prefix: str) -> None:
+    spec = ChannelSpec(kind="memcached", host="127.0.0.1", port=memcached_port)
+    with open_channel(spec) as chan:
+        assert isinstance(chan, MemcachedChannel)
+        chan.max_item_bytes = None  # unchunked: the server's own 1 MiB limit refuses it
+        with pytest.raises(ChannelError, match="object too large"):
+            chan.put(prefix + "too-large", os.urandom(2 << 20))
+        chan.put(prefix + "fits", b"still usable")  # the refused set's connection was not reused half-read
+        assert chan.get(prefix + "fits") == b"still usable"
+        chan.delete([prefix + "fits"])
