@@ -28,14 +28,14 @@ import statistics
 import time
 import uuid
 
-from common import RESULTS, report
+from common import RESULTS, bsp_job, report
 from model_accuracy import BATCH, SIZES, Size, epochs_for, prepare
 
 from analytic_model import Workload, load_profile, predict_iaas
 from analytic_model.profile import Profile, save_profile
 from lambdaml.calibrate import ComputeProbe, Effort, calibrate, cores
 from lambdaml.calibrate.gloo import measure_gloo
-from lambdaml.config import StorageSpec, parse_job
+from lambdaml.config import StorageSpec
 from lambdaml.driver import run_job
 from lambdaml.local import services
 from lambdaml.storage import open_storage
@@ -61,19 +61,9 @@ def run_round_s(storage: StorageSpec, dataset: str, size: Size, workers: int) ->
     model leaves out: the heartbeat each rank writes to the store every epoch.
     """
     epochs = epochs_for(size, workers)
-    job = parse_job(
-        {
-            "name": "iaas-reduce",
-            "workers": workers,
-            "dataset": dataset,
-            "storage": storage.model_dump(mode="json"),
-            "channel": {"kind": "s3", "bucket": "unused-by-gloo", "endpoint_url": storage.endpoint_url},
-            "model": {"name": "lr"},
-            "algorithm": {"name": "ga_sgd", "lr": 0.1, "batch_size": BATCH, "epochs": epochs},
-            "sync": {"protocol": "bsp", "pattern": "allreduce", "timeout_s": 300},
-            "iaas": {"instance_type": INSTANCE},
-        }
-    )
+    channel = {"kind": "s3", "bucket": "unused-by-gloo", "endpoint_url": storage.endpoint_url}
+    algorithm = {"name": "ga_sgd", "lr": 0.1, "batch_size": BATCH, "epochs": epochs}
+    job = bsp_job("iaas-reduce", workers, dataset, storage, channel, "lr", algorithm, iaas={"instance_type": INSTANCE})
     result = run_job(job, backend="iaas-local", results_dir=None)
     rounds = statistics.median(w.channel.requests for w in result.workers)
     compute = statistics.median(w.times.compute_s for w in result.workers)

@@ -47,13 +47,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common import bsp_job
+
 from analytic_model.calibration import Calibration
 from analytic_model.prediction import predict_faas
 from analytic_model.profile import Profile, load_profile, save_profile
 from analytic_model.workload import Workload, schedule
 from lambdaml.calibrate import ComputeProbe, Effort, calibrate, channel_figures, cores
 from lambdaml.channels import open_channel
-from lambdaml.config import ChannelSpec, StorageSpec, parse_job
+from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.local import services
@@ -170,18 +172,7 @@ def measure(
     algorithm = {**variant.algorithm, "batch_size": BATCH, "epochs": epochs}
     if variant.name == "onebit_adam":
         algorithm["warmup_steps"] = rounds_per_epoch
-    job = parse_job(
-        {
-            "name": "acc",
-            "workers": workers,
-            "dataset": dataset,
-            "storage": storage.model_dump(mode="json"),
-            "channel": spec.model_dump(mode="json", exclude_none=True),
-            "model": {"name": "lr"},
-            "algorithm": algorithm,
-            "sync": {"protocol": "bsp", "pattern": pattern, "timeout_s": 300},
-        }
-    )
+    job = bsp_job("acc", workers, dataset, storage, spec, "lr", algorithm, pattern)
     result = run_job(job, results_dir=None)
     elapsed = [point.elapsed_s for point in result.loss_curve]
     per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load

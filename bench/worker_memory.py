@@ -19,9 +19,9 @@ import logging
 import statistics
 import uuid
 
-from common import RESULTS, report
+from common import RESULTS, bsp_job, report
 
-from lambdaml.config import ChannelSpec, StorageSpec, parse_job
+from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.local import services
@@ -47,18 +47,8 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def measure(storage: StorageSpec, channel: ChannelSpec, dataset: str, model: str) -> tuple[list[float], list[float]]:
     """(shard MiB, peak RSS MiB) of every worker of one real run."""
-    job = parse_job(
-        {
-            "name": "mem",
-            "workers": WORKERS,
-            "dataset": dataset,
-            "storage": storage.model_dump(mode="json"),
-            "channel": channel.model_dump(mode="json", exclude_none=True),
-            "model": {"name": model},
-            "algorithm": {"name": "ga_sgd", "lr": 0.1, "batch_size": BATCH, "epochs": 1},
-            "sync": {"protocol": "bsp", "pattern": "allreduce", "timeout_s": 300},
-        }
-    )
+    algorithm = {"name": "ga_sgd", "lr": 0.1, "batch_size": BATCH, "epochs": 1}
+    job = bsp_job("mem", WORKERS, dataset, storage, channel, model, algorithm)
     result = run_job(job, results_dir=None)
     manifest = shards.read_manifest(open_storage(storage), dataset)
     shard_mib = [manifest.shard_bytes[w.rank] / MIB for w in result.workers]
