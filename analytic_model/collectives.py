@@ -76,13 +76,13 @@ def collective(
     raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
 
 
-def _round(chain: float, busy: float, channel: ChannelPerf) -> float:
+def round_seconds(chain: float, busy: float, channel: ChannelPerf) -> float:
     """A round: its critical path, which pays for the CPU of each rank's clean-up thread, or the
     store's busy time, whichever is longer."""
     return max(chain + channel.cleanup_delay_s, busy)
 
 
-def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
+def store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
     """Store time of a whole round, with every rank's batch delete of what it wrote the round before.
 
     The deletes run on background threads, off the round's critical path, but the store
@@ -95,7 +95,7 @@ def _store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_
     )
 
 
-def _cleanup(workers: int) -> Requests:
+def cleanup_requests(workers: int) -> Requests:
     """Every rank's batch delete of the keys it wrote the round before (it knows them: no listing)."""
     return Requests(deletes=workers)
 
@@ -178,7 +178,7 @@ def grid_requests(
     )
 
 
-def _still_missing(keys: int) -> float:
+def still_missing(keys: int) -> float:
     """Keys a missed poll for ``keys`` values asks for again: one at least, and about half of the rest."""
     return (keys + 1) / 2
 
@@ -204,15 +204,15 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
         late_others, misses_others = polling.wait(gather + reduce_ + put_merged + late_agg, poll_merged)
         late_agg, late_others = max(late_agg, straggle), max(late_others, straggle)
     chain = put_others + late_agg + gather + reduce_ + put_merged + late_others + get_merged
-    missed = misses_agg * _still_missing(w - 1) + (w - 1) * misses_others
+    missed = misses_agg * still_missing(w - 1) + (w - 1) * misses_others
     requests = pattern_requests("allreduce", w, m, items) + Requests(gets=missed)
     get_trips = (
         channel.round_trips("get", (w - 1) * items)
         + (w - 1) * channel.round_trips("get", items)
-        + misses_agg * channel.round_trips("get", _still_missing(w - 1))
+        + misses_agg * channel.round_trips("get", still_missing(w - 1))
         + (w - 1) * misses_others
     )
-    busy = _store_busy(channel, requests, w * items, get_trips, w)
+    busy = store_busy(channel, requests, w * items, get_trips, w)
     phases = {
         "put": put_others,
         "late_aggregator": late_agg,
@@ -224,7 +224,7 @@ def _allreduce(channel: ChannelPerf, w: int, m: float, add_Bps: float, polling: 
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+    return RoundCost(round_seconds(chain, busy, channel), requests + cleanup_requests(w), phases)
 
 
 def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, polling: Polling) -> RoundCost:
@@ -248,13 +248,13 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
     chain = scatter + gather_pieces + reduce_ + put_merged + gather_merged + 2 * late
     misses = 2 * w * misses_per_wait
     requests = pattern_requests("scatter_reduce", w, piece, items, packed=packed) + Requests(
-        gets=misses * _still_missing(w - 1)
+        gets=misses * still_missing(w - 1)
     )
     get_trips = 2 * w * channel.round_trips("get", (w - 1) * items) + misses * channel.round_trips(
-        "get", _still_missing(w - 1)
+        "get", still_missing(w - 1)
     )
     put_trips = w * ((items if packed else channel.round_trips("put", (w - 1) * items)) + items)
-    busy = _store_busy(channel, requests, put_trips, get_trips, w)
+    busy = store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "scatter": scatter,
         "late_pieces": late,
@@ -266,7 +266,7 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+    return RoundCost(round_seconds(chain, busy, channel), requests + cleanup_requests(w), phases)
 
 
 def _scatter_reduce_2d(
@@ -301,7 +301,7 @@ def _scatter_reduce_2d(
         row_scatter + row_gather + row_reduce + col_scatter + col_gather + col_reduce + put_merged + gather_merged
         + put_segment + gather_segments + 2 * (late_row + late_col)
     )  # fmt: skip
-    missed = 2 * w * (misses_row * _still_missing(c - 1) + misses_col * _still_missing(r - 1))
+    missed = 2 * w * (misses_row * still_missing(c - 1) + misses_col * still_missing(r - 1))
     requests = grid_requests(w, m, header, piece_items, segment_items) + Requests(gets=missed)
     get_trips = (
         2
@@ -309,8 +309,8 @@ def _scatter_reduce_2d(
         * (
             channel.round_trips("get", (c - 1) * segment_items)
             + channel.round_trips("get", (r - 1) * piece_items)
-            + misses_row * channel.round_trips("get", _still_missing(c - 1))
-            + misses_col * channel.round_trips("get", _still_missing(r - 1))
+            + misses_row * channel.round_trips("get", still_missing(c - 1))
+            + misses_col * channel.round_trips("get", still_missing(r - 1))
         )
     )
     put_trips = w * (
@@ -319,7 +319,7 @@ def _scatter_reduce_2d(
         + piece_items
         + segment_items
     )
-    busy = _store_busy(channel, requests, put_trips, get_trips, w)
+    busy = store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "row_scatter": row_scatter,
         "late_row_pieces": late_row,
@@ -338,7 +338,7 @@ def _scatter_reduce_2d(
         "chain": chain,
         "store_busy": busy,
     }
-    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), phases)
+    return RoundCost(round_seconds(chain, busy, channel), requests + cleanup_requests(w), phases)
 
 
 def ring_allreduce_s(

@@ -22,11 +22,11 @@ from analytic_model.collectives import (
     PATTERNS,
     Requests,
     RoundCost,
-    _cleanup,
-    _round,
-    _still_missing,
-    _store_busy,
+    cleanup_requests,
     collective,
+    round_seconds,
+    still_missing,
+    store_busy,
 )
 from analytic_model.profile import ModelInfo
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
@@ -197,17 +197,18 @@ def ring_exchange(channel: ChannelPerf, w: int, message: float, polling: Polling
     late = max(late, straggle)
     chain = put + late + get + cpu_s
     items = items_of(channel, message)
-    missed = w * misses * _still_missing(k)
+    missed = w * misses * still_missing(k)
     requests = Requests(
         puts=w * items,
         gets=w * k * items + missed,
         bytes_sent=w * message,
         bytes_received=w * k * message,
     )
-    get_trips = w * channel.round_trips("get", k * items) + w * misses * channel.round_trips("get", _still_missing(k))
-    busy = _store_busy(channel, requests, w * items, get_trips, w)
+    get_trips = w * channel.round_trips("get", k * items) + w * misses * channel.round_trips("get", still_missing(k))
+    busy = store_busy(channel, requests, w * items, get_trips, w)
     phases = {"put": put, "late_neighbours": late, "get_neighbours": get, "codec": cpu_s, "chain": chain}
-    return RoundCost(_round(chain, busy, channel), requests + _cleanup(w), {**phases, "store_busy": busy})
+    seconds = round_seconds(chain, busy, channel)
+    return RoundCost(seconds, requests + cleanup_requests(w), {**phases, "store_busy": busy})
 
 
 def _asynchronous(
