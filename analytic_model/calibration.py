@@ -81,6 +81,8 @@ class FaasCalibration:
     warm_start_s: float | None = None  # a stack's functions only
     network_Bps: float | None = None  # where loading from the data store was measured
     load_latency_s: float | None = None
+    heartbeat_s: float | None = None
+    heartbeat_per_worker_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,3 +128,7 @@ class Calibration:
     def with_channel(self, kind: str, figures: ChannelCalibration) -> Calibration:
         """This calibration with one channel measured (again)."""
         return replace(self, channels={**self.channels, kind: figures})
+
+    def with_heartbeat(self, alone_s: float, per_worker_s: float) -> Calibration:
+        """This calibration with the workers' heartbeat measured (again)."""
+        return replace(self, faas=replace(self.faas, heartbeat_s=alone_s, heartbeat_per_worker_s=per_worker_s))

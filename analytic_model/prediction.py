@@ -92,6 +92,13 @@ def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy
     return resident + limits.data_memory_factor * shard_bytes / MB
 
 
+def heartbeats_s(profile: Profile, workers: int, epochs: float) -> float:
+    """Every worker's heartbeats (a record PUT and a cancel-key GET on the data store after each
+    epoch), on the job's critical path: under BSP the next round waits for the slowest rank's."""
+    faas = profile.faas
+    return epochs * (faas.heartbeat_s + max(workers - 1, 0) * faas.heartbeat_per_worker_s)
+
+
 def predict_faas(
     workload: Workload,
     workers: int,
@@ -144,7 +151,8 @@ def predict_faas(
     every = limits.checkpoint_every
     checkpoints = sched.rounds / float(every) if every else 0.0
     checkpoint_s = checkpoints * (latency + state / network)
-    worker_s = load_s + train_s + checkpoint_s
+    heartbeat_s = heartbeats_s(profile, workers, workload.epochs)
+    worker_s = load_s + train_s + checkpoint_s + heartbeat_s
 
     # Continuations: a worker stops before the deadline, and a fresh invocation reloads its shard and state.
     usable = limits.timeout_s - limits.continuation_margin_s
@@ -161,8 +169,9 @@ def predict_faas(
     lam = table["lambda"]
     lambda_dollars = gb_s * gb_second_price(lam, architecture) + (workers * invocations + 1) * lam["request"]
     traffic = comm.requests.scaled(sched.rounds)
-    storage_gets = workers * invocations + workers * (invocations - 1)  # shards, then checkpoints on resume
-    storage_puts = workers * (checkpoints + invocations - 1)
+    # Shards, then checkpoints on resume; and a heartbeat (a put and a get) per epoch.
+    storage_gets = workers * (invocations + invocations - 1 + workload.epochs)
+    storage_puts = workers * (checkpoints + invocations - 1 + workload.epochs)
     s3 = table["s3"]
     storage_dollars = storage_gets * s3["get_like_request"] + storage_puts * s3["put_like_request"]
     channel_dollars = _channel_dollars(channel, traffic, total_s, table, profile, cache_node)
@@ -182,6 +191,7 @@ def predict_faas(
             "compute_s": sched.rounds * compute,
             "communicate_s": sched.rounds * comm.seconds,
             "checkpoint_s": checkpoint_s,
+            "heartbeat_s": heartbeat_s,
             "continuation_s": continuation_s,
         },
         costs={"lambda": lambda_dollars, "channel": channel_dollars, "storage": storage_dollars},
@@ -258,10 +268,14 @@ def predict_iaas(
     read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
     load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps
     startup_s = ec2.startup_s
-    total_s = startup_s + load_s + sched.rounds * round_s
+    heartbeat_s = heartbeats_s(profile, workers, workload.epochs)  # the torchrun ranks beat as Lambda's workers do
+    total_s = startup_s + load_s + sched.rounds * round_s + heartbeat_s
     billed_s = max(ec2.min_billed_s, total_s - ec2.unbilled_startup_s)
     ec2_dollars = workers * billed_s * hourly / 3600
-    storage_dollars = workers * table["s3"]["get_like_request"]
+    s3 = table["s3"]
+    storage_dollars = workers * (
+        s3["get_like_request"] * (1 + workload.epochs) + s3["put_like_request"] * workload.epochs
+    )
     return Prediction(
         platform="iaas",
         workers=workers,
@@ -275,6 +289,7 @@ def predict_iaas(
             "load_s": load_s,
             "compute_s": sched.rounds * compute,
             "communicate_s": sched.rounds * ring,
+            "heartbeat_s": heartbeat_s,
         },
         costs={"ec2": ec2_dollars, "storage": storage_dollars},
         compute_from=rates.source,

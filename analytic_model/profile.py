@@ -126,6 +126,9 @@ class FaasFigures:
     shared_cores: float | None  # cores all worker processes share (a local target); None: own vCPUs each
     network_Bps: float
     load_latency_s: float
+    # After every epoch a worker records it and reads its job's cancel key on the data store.
+    heartbeat_s: float
+    heartbeat_per_worker_s: float  # ... longer by this per further worker beating at once (a shared local store)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,14 @@ from lambdaml.calibrate.channels import measure_channel, measure_cleanup, measur
 from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_compute
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
+from lambdaml.calibrate.heartbeat import measure_heartbeat
 from lambdaml.calibrate.probing import Effort, cores
 from lambdaml.calibrate.startup import measure_load, measure_startup
 from lambdaml.channels import open_channel
-from lambdaml.config import ChannelSpec, StorageSpec
+from lambdaml.config import ChannelSpec, RuntimeSpec, StorageSpec
 from lambdaml.runtime.heap import keep_freed_buffers
+
+CHECKPOINT_EVERY = int(RuntimeSpec.model_fields["checkpoint_every"].default)
 
 OPS = ("put", "get")
 
@@ -149,13 +152,24 @@ def calibrate(
             say("gloo process group (iaas-local)")
             ec2 = gloo_figures(effort)
     cold, per_worker = startup
-    network_Bps = load_latency_s = None
+    network_Bps = load_latency_s = heartbeat_s = heartbeat_per_worker_s = None
     if storage is not None:
         say("loading from the data store")
         with open_channel(ChannelSpec(kind="s3", bucket=storage.bucket, endpoint_url=storage.endpoint_url)) as store:
             store.ensure()
             network_Bps, load_latency_s = measure_load(store, effort)
-    faas = FaasCalibration(shared_cores, {"numpy": cold}, per_worker, warm_start_s, network_Bps, load_latency_s)
+        say("heartbeats on the data store")
+        heartbeat_s, heartbeat_per_worker_s = measure_heartbeat(storage, effort)
+    faas = FaasCalibration(
+        shared_cores,
+        {"numpy": cold},
+        per_worker,
+        warm_start_s,
+        network_Bps,
+        load_latency_s,
+        heartbeat_s,
+        heartbeat_per_worker_s,
+    )
     name = platform.node() or "this machine"
     when = datetime.now(UTC).isoformat(timespec="seconds")
     source = f"measured by 'lambdaml calibrate' on {name} ({cores()} cores) at {when}, target {target}"
@@ -169,7 +183,8 @@ def calibrate(
         channels=measured_channels,
         compute=compute,
         faas=faas,
-        # The local backend's worker processes neither checkpoint nor pay for an INIT phase.
-        lambda_=LambdaCalibration(checkpoint_every=None, init_billed=False) if target == "local" else None,
+        # The local backend's worker processes checkpoint as Lambda's do (so an interrupted job
+        # resumes), and pay for no INIT phase.
+        lambda_=LambdaCalibration(checkpoint_every=CHECKPOINT_EVERY, init_billed=False) if target == "local" else None,
         ec2=ec2,
     )

@@ -41,7 +41,10 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     lr = profile.measured["lr:29:dense"]
     assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
     assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6
-    assert profile.figure("lambda.checkpoint_every") is None  # a local target has no Lambda continuations
+    assert profile.figure("lambda.checkpoint_every") == 50  # local workers checkpoint as Lambda's do
+    # Heartbeats on moto over loopback: well under a second, and measured.
+    assert 0 < profile.number("faas.heartbeat_s") < 1 and 0 <= profile.number("faas.heartbeat_per_worker_s") < 1
+    assert "measured by 'lambdaml calibrate'" in profile.origin["faas.heartbeat_s"]
     assert "measured by 'lambdaml calibrate'" in profile.origin["channels.redis.latency_get_s"]
     assert "Lambda" in profile.origin["lambda.vcpu_one_at_mb"]  # what was not measured keeps its source
     if torch_available():  # the iaas-local backend's gloo group: its start-up and its ring on loopback

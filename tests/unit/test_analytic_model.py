@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 import subprocess
 import sys
@@ -267,6 +268,28 @@ def test_faas_cost_is_gb_seconds_plus_requests_plus_the_channel() -> None:
     cache = predict_faas(HIGGS, 10, "redis", "scatter_reduce", 2048, profile, cache_node="cache.t4g.small")
     assert cache.costs["channel"] == pytest.approx(cache.time_s / 3600 * 0.032)
     assert p.cost == pytest.approx(sum(p.costs.values()))
+
+
+def test_every_epoch_ends_with_the_workers_heartbeats_timed_and_priced() -> None:
+    # A shared local store serves W workers' heartbeats one after another: each further worker adds its share.
+    quiet = with_figures(aws_profile(), {"faas": {"heartbeat_s": 0.0, "heartbeat_per_worker_s": 0.0}})
+    unsaved = with_figures(quiet, {"lambda": {"checkpoint_every": None}})  # storage requests: heartbeats alone
+    beating = with_figures(aws_profile(), {"faas": {"heartbeat_s": 0.04, "heartbeat_per_worker_s": 0.01}})
+    s3 = prices("us-east-1")["s3"]
+    for workers in (1, 4):
+        before = predict_faas(HIGGS, workers, "redis", "allreduce", 2048, quiet)
+        after = predict_faas(HIGGS, workers, "redis", "allreduce", 2048, beating)
+        added = HIGGS.epochs * (0.04 + 0.01 * (workers - 1))
+        assert after.time["heartbeat_s"] == pytest.approx(added) and before.time["heartbeat_s"] == 0.0
+        assert after.time_s - before.time_s == pytest.approx(added)
+        # One record PUT and one cancel-key GET per worker and epoch, on either profile.
+        beats = workers * HIGGS.epochs * (s3["put_like_request"] + s3["get_like_request"])
+        silent = replace(HIGGS, epochs=0.5 * HIGGS.epochs)
+        longer = predict_faas(HIGGS, workers, "redis", "allreduce", 2048, unsaved)
+        fewer = predict_faas(silent, workers, "redis", "allreduce", 2048, unsaved)
+        assert longer.costs["storage"] - fewer.costs["storage"] == pytest.approx(beats / 2)
+        ring = predict_iaas(HIGGS, workers, "c5.large", beating).time["heartbeat_s"]
+        assert ring == pytest.approx(added)  # the torchrun ranks beat the same way
 
 
 def test_iaas_bills_per_second_with_a_minute_minimum() -> None:
