@@ -54,6 +54,7 @@ from analytic_model.prediction import predict_faas
 from analytic_model.profile import Profile, load_profile, save_profile
 from analytic_model.workload import Workload, schedule
 from lambdaml.calibrate import ComputeProbe, Effort, calibrate, channel_figures, cores
+from lambdaml.calibrate.heartbeat import measure_heartbeat
 from lambdaml.channels import open_channel
 from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.data import shards, synthetic
@@ -183,7 +184,8 @@ def measure(
 def predict(
     profile: Profile, size: Size, kind: str, workers: int, pattern: str, variant: Variant
 ) -> tuple[float, float, float]:
-    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts.
+    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts:
+    the epoch's rounds and the heartbeats that end it.
 
     1-bit Adam's timed epochs all come after its warm-up: predicted as a run whose warm-up is one step in a million.
     """
@@ -201,7 +203,8 @@ def predict(
         workload = replace(workload, warmup_steps=1, rounds=1e6)
     prediction = predict_faas(workload, workers, kind, pattern, 3008, profile)
     requests = sum(prediction.requests[k] for k in ("puts", "gets", "lists", "deletes"))
-    return prediction.round_s * per_epoch_rounds, requests, per_epoch_rounds
+    heartbeat_s = prediction.time["heartbeat_s"] / workload.epochs  # every epoch ends with the workers' heartbeats
+    return prediction.round_s * per_epoch_rounds + heartbeat_s, requests, per_epoch_rounds
 
 
 def write_outputs(outcomes: list[Outcome], stem: str) -> None:
@@ -412,6 +415,12 @@ def main(argv: list[str] | None = None) -> int:
                 # (and moto) drift by 10-30% over minutes, which is no error of the model's.
                 if not args.profile:
                     measured = measured.with_channel(kind, channel_figures(chosen[kind], Effort(), step))
+                    # The data store too: every epoch ends with heartbeats on it, and moto slows as jobs fill it.
+                    step("heartbeats on the data store")
+                    alone, per_worker = measure_heartbeat(storage, Effort())
+                    measured = measured.with_heartbeat(alone, per_worker)
+                    log.info("[%4.0fs] heartbeat %.1f ms, +%.1f ms per further worker", time.monotonic() - started,
+                             alone * 1e3, per_worker * 1e3)  # fmt: skip
                 profile = load_profile(save_profile(measured, RESULTS / f"{stem}_profile.json"))
                 for variant, size, workers, pattern in configs:
                     key = (variant.name, size.name, workers, pattern)
