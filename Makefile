@@ -49,7 +49,13 @@ test:
 	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=25
 
 .PHONY: test-ready
-test-ready: setup services lint template-check zip-size-check security-check awscli-env
+test-ready: setup services lint template-check zip-size-check security-check awscli-env local-artifacts
+
+# The local stack's runtime layer and torch worker environment (pip --target), built here beside
+# the other set-up rather than inside the first test that starts a stack; rebuilt when their pins change.
+.PHONY: local-artifacts
+local-artifacts: setup
+	$(BIN)/python -m lambdaml.local.artifacts
 
 # SAM and cfn-lint live in their own venv: aws-sam-cli pins boto3/click/pydantic exactly.
 SAM_VENV  := .venv-sam

@@ -177,3 +177,20 @@ def torch_worker() -> tuple[Path, Path]:
     """The torch worker as its image holds it: (task root, packages); see ``_torch_worker``."""
     with _building():
         return _torch_worker()
+
+
+def main() -> int:
+    """Build the runtime layer and the torch worker's environment now (``make test`` does, beside
+    its other set-up), so the first ``local up`` finds them built."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        runtime_layer()
+        torch_worker()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
