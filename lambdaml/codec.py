@@ -160,6 +160,16 @@ def encode_bundle(arrays: Mapping[str, Array]) -> bytes:
     return _CONTAINER_HEADER.pack(BUNDLE_MAGIC, VERSION, len(arrays), checksum(*table)) + b"".join(parts)
 
 
+def bundle_bytes(arrays: Mapping[str, Array]) -> int:
+    """The length of ``encode_bundle(arrays)``, without encoding them."""
+    total = _CONTAINER_HEADER.size
+    for name, array in arrays.items():
+        raw_name = len(name.encode("utf-8"))
+        tensor = encoded_bytes(np.shape(array), np.asarray(array).dtype)
+        total += _ENTRY.size + raw_name + _pad8(raw_name) + tensor + _pad8(tensor)
+    return total
+
+
 def _container_header(view: memoryview, magic: bytes, kind: str, what: str) -> tuple[int, int, int]:
     """A bundle's or packed value's format version, entry count and table checksum, once its magic
     and version check out."""

@@ -120,19 +120,29 @@ class _CompressingCodec:
         self.exact = exact
         self.exact_pieces: dict[int, Array] = {}  # chunk 0's owner: each rank's extras
         self.exact_sum: Array | None = None
+        self.piece_lengths: dict[int, int] = {}  # by chunk: the length of this rank's piece of it
 
     def encode_piece(self, chunk: int, values: Array) -> bytes:
         payload, _ = self.state.compress_piece(chunk, values, self.number)
-        return _bundle(payload, self.exact if chunk == 0 else None)
+        data = _bundle(payload, self._extras(chunk))
+        self.piece_lengths[chunk] = len(data)
+        return data
 
     def piece_bytes(self, chunk: int, like: Array) -> int | None:
-        return None  # a compressed payload's length depends on its values (and the exact extras ride in chunk 0)
+        """Every compressor's payload has shapes set by the piece's length alone (its decompress
+        checks them), and every rank's piece of a chunk has the same length and extras: so each is as
+        long as this rank's piece of it, encoded or (its own chunk) counted."""
+        return self.piece_lengths.get(chunk)
 
     def own_piece(self, chunk: int, values: Array) -> Array:
-        _, q = self.state.compress_piece(chunk, values, self.number)
+        payload, q = self.state.compress_piece(chunk, values, self.number)
         if chunk == 0 and self.exact is not None:
             self.exact_pieces[self.state.rank] = self.exact
+        self.piece_lengths[chunk] = codec.bundle_bytes(_entries(payload, self._extras(chunk)))
         return q
+
+    def _extras(self, chunk: int) -> Array | None:
+        return self.exact if chunk == 0 else None
 
     def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         value, extra = self._unbundle(raw, like.size, chunk, what)
@@ -161,5 +171,9 @@ class _CompressingCodec:
         return self.state.compressor.decompress(payload, size), extra
 
 
+def _entries(payload: Payload, extras: Array | None) -> Mapping[str, Array]:
+    return payload if extras is None else {**payload, _EXACT: extras}
+
+
 def _bundle(payload: Payload, extras: Array | None) -> bytes:
-    return codec.encode_bundle(payload if extras is None else {**payload, _EXACT: extras})
+    return codec.encode_bundle(_entries(payload, extras))

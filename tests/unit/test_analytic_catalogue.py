@@ -27,6 +27,7 @@ from lambdaml.compression.compressors import QSGD, Identity, MinMaxUint8, OneBit
 from lambdaml.config import SyncSpec, parse_job
 from lambdaml.errors import ConfigError
 from lambdaml.sync.asp import encode_update
+from tests.unit.test_analytic_model import RangedMemoryView
 from tests.unit.test_patterns import MemoryView
 
 COMPRESSORS = {
@@ -257,11 +258,14 @@ def _counts(views: list[MemoryView]) -> dict[str, float]:
     }
 
 
-def _compressed_rounds(world: int, n: int, pattern: str, name: str, rounds: int) -> dict[str, float]:
-    """The counts of ``rounds`` real compressed allreduces with extras (as EF-SGD sends them) on W threads."""
+def _compressed_rounds(
+    world: int, n: int, pattern: str, name: str, rounds: int, *, packed: bool = False
+) -> dict[str, float]:
+    """The counts of ``rounds`` real compressed allreduces with extras (as EF-SGD sends them) on W
+    threads; ``packed``: over a channel that reads ranges natively, as S3."""
     rng = np.random.default_rng(2)
     store = MemoryChannel()
-    views = [MemoryView(store) for _ in range(world)]
+    views = [(RangedMemoryView if packed else MemoryView)(store) for _ in range(world)]
     comms = [ChannelCommunicator(views[r], f"c{rounds}", r, world, pattern=pattern) for r in range(world)]
     scatter = pattern != "allreduce"
     reducers = [
@@ -280,21 +284,24 @@ def _compressed_rounds(world: int, n: int, pattern: str, name: str, rounds: int)
     return _counts(views)
 
 
-@pytest.mark.parametrize("pattern", ["allreduce", "scatter_reduce"])
-@pytest.mark.parametrize("name", ["onebit", "qsgd", "topk"])
-def test_a_real_compressed_allreduce_moves_the_bytes_the_model_counts(pattern: str, name: str) -> None:
+@pytest.mark.parametrize(
+    ("pattern", "packed"), [("allreduce", False), ("scatter_reduce", False), ("scatter_reduce", True)]
+)
+@pytest.mark.parametrize("name", ["onebit", "qsgd", "topk", "uint8"])
+def test_a_real_compressed_allreduce_moves_the_bytes_the_model_counts(pattern: str, packed: bool, name: str) -> None:
     world, n = 3, 1000
-    one, three = (_compressed_rounds(world, n, pattern, name, rounds) for rounds in (1, 3))
+    one, three = (_compressed_rounds(world, n, pattern, name, rounds, packed=packed) for rounds in (1, 3))
     real = {k: (three[k] - one[k]) / 2 for k in one}
     work = Workload("lr", 1e6, 3000, features=n - 1, compression=name, levels=16, ratio=0.01)
     profile = aws_profile()
     info = work.check(profile)
     model = communication(
-        work, info, profile.channel("redis"), pattern, world, schedule(work, world), 2e9, Polling.of(profile),
-        profile.codec_header_bytes,
+        work, info, profile.channel("s3" if packed else "redis"), pattern, world, schedule(work, world), 2e9,
+        Polling.of(profile), profile.codec_header_bytes,
     ).requests  # fmt: skip
     assert real["puts"] == model.puts
-    assert real["hits"] == pattern_requests(pattern, world, 0.0).gets  # the model's gets beyond are polling misses
+    # Packed, every piece is one ranged read: its length is known, so no packed value's index is read first.
+    assert real["hits"] == pattern_requests(pattern, world, 0.0, packed=packed).gets  # beyond: polling misses
     assert model.gets >= real["hits"]
     assert real["bytes_sent"] == pytest.approx(model.bytes_sent, abs=8 * world)
     assert real["bytes_received"] == pytest.approx(model.bytes_received, rel=0.02)

@@ -404,3 +404,16 @@ def test_a_packed_index_is_checked_before_its_slots_are_trusted() -> None:
             codec.decode_packed_index(raw, 3)
     with pytest.raises(CodecError, match="holds 3 values, expected 2"):
         codec.decode_packed_index(codec.encode_packed(values[:3])[: codec.packed_index_bytes(2)], 2)
+
+
+def test_a_bundle_s_length_is_known_without_encoding_it() -> None:
+    rng = np.random.default_rng(0)
+    for sizes in ([0], [1, 7], [3, 1000, 1], [64]):
+        arrays = {
+            f"entry-{i}-é": rng.standard_normal(n).astype(dtype)
+            for i, (n, dtype) in enumerate(zip(sizes, [np.float32, np.uint8, np.float64, np.uint32], strict=False))
+        }
+        assert codec.bundle_bytes(arrays) == len(codec.encode_bundle(arrays))
+    assert codec.bundle_bytes({"grid": np.zeros((3, 5), dtype=np.int64)}) == len(
+        codec.encode_bundle({"grid": np.zeros((3, 5), dtype=np.int64)})
+    )
