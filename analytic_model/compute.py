@@ -97,6 +97,21 @@ def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> Comp
     return ComputeRates(flops / (rate * 1e9), per_step, "defaults")
 
 
+#: An algorithm's update of its state per step beyond GA-SGD's (which the compute probe times), in
+#: passes over the parameter vector as long as adding one such vector to another (``compute.add_Bps``).
+#: Measured: 1-bit Adam's step (its momentum, the mask of the coordinates that ever had a gradient,
+#: the update preconditioned by the frozen variance; in the warm-up, Adam's own step) took 17-18
+#: such passes more than GA-SGD's at 100,001 parameters, through the algorithms' own steps on one
+#: core of a 2-core AMD EPYC VM (2026-12-02).
+UPDATE_PASSES = {"onebit_adam": 17.0}
+
+
+def update_s(workload: Workload, info: ModelInfo, sched: Schedule, add_Bps: float) -> float:
+    """One worker's update of its algorithm's state between two collectives, beyond GA-SGD's."""
+    passes = UPDATE_PASSES.get(workload.algorithm, 0.0)
+    return sched.steps_per_round * passes * workload.n_params(info) * info.bytes_per_param / add_Bps
+
+
 def round_compute_s(sched: Schedule, rates: ComputeRates, speed: float, step_speed: float | None = None) -> float:
     """One worker's compute between two collectives: its samples at ``speed`` vCPU-equivalents,
     its steps' overhead at ``step_speed`` (the same, unless the samples run on a GPU)."""

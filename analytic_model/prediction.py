@@ -15,7 +15,15 @@ from typing import Any
 
 from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import Requests, ring_allreduce_s
-from analytic_model.compute import architecture_speed, compute_rates, faas_speed, iaas_speed, on_gpu, round_compute_s
+from analytic_model.compute import (
+    architecture_speed,
+    compute_rates,
+    faas_speed,
+    iaas_speed,
+    on_gpu,
+    round_compute_s,
+    update_s,
+)
 from analytic_model.exchanges import communication, expected_staleness
 from analytic_model.profile import Profile
 from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
@@ -135,7 +143,8 @@ def predict_faas(
     header = profile.codec_header_bytes
     add_Bps = profile.compute.add_Bps * speed
 
-    compute = round_compute_s(sched, rates, speed) + (perf.step_wake_s if workers > 1 else 0.0)
+    compute = round_compute_s(sched, rates, speed) + update_s(workload, info, sched, add_Bps)
+    compute += perf.step_wake_s if workers > 1 else 0.0
     comm = communication(workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile), header)
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
@@ -254,6 +263,8 @@ def predict_iaas(
     speed, host_speed = iaas_speed(instance, info.kind, profile, workers)
     vector = workload.vector_bytes(info)
     compute = round_compute_s(sched, rates, speed, host_speed)
+    if not on_gpu(instance, info.kind):  # a GPU updates its state as it computes: in its step time
+        compute += update_s(workload, info, sched, profile.compute.add_Bps * speed)
     ec2 = profile.ec2
     network_Bps = ec2.network_Bps or instance.network_gbps * 1e9 / 8  # a local profile: the loopback's
     # gloo sums on the CPU, one thread a rank; NCCL (a network on a GPU) sums on the GPU.
