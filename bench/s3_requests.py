@@ -1,16 +1,26 @@
-"""What one S3 request costs the worker's CPU: botocore with and without body checksums, and obstore.
+"""What one S3 request costs the worker's CPU: botocore's default against LambdaML's client, and obstore.
 
 Run: ``.venv/bin/python bench/s3_requests.py``. A worker's S3 channel puts and gets values
-on moto (its own process, so its CPU is not counted here). botocore's default
-(``when_supported``) computes a CRC-32 of every request body and checks every response's;
-LambdaML's clients ask for checksums only where an operation requires one, since every value
-already carries our codec's CRC-32 and its seal. The reference is the default client,
-measured in the same run on the same requests. If ``obstore`` (Rust's ``object_store``) is
-importable it is measured too, as the leaner client to weigh against boto3; it is not a
-dependency (``pip install obstore`` into a scratch environment and put it on PYTHONPATH).
+on moto (its own process, so its CPU is not counted here). Three boto3 clients, on the same
+requests in the same run:
 
-Prints, per value size, the worker CPU (process time, all threads) per PUT and per GET for
-each client, and the ratio to the default; writes bench/results/s3_requests.csv.
+- ``default, http``: botocore's defaults as they behave against moto over plain HTTP: a
+  CRC-32 of every request body (``when_supported``), checked on every response, and a
+  SHA-256 of every PUT body in the signature (botocore always signs the body over HTTP).
+- ``default, as on https``: the same defaults as they behave against AWS, where a body that
+  carries a checksum header goes unsigned. This is the reference: what a worker paid on AWS
+  before LambdaML changed its client.
+- ``lambdaml``: LambdaML's client: checksums only where an operation requires one, and no
+  SHA-256 of the body (``UNSIGNED-PAYLOAD``). Every value carries our codec's CRC-32C and its
+  seal, and TLS guards the body on AWS.
+
+If ``obstore`` (Rust's ``object_store``) is importable it is measured too, as the leaner
+client to weigh against boto3; it is not a dependency (``pip install obstore`` into a scratch
+environment and put it on PYTHONPATH).
+
+Prints, per value size (80 kB, 1 MB: a ScatterReduce piece at d=1e6 and W=4 in float32, and 8 MB),
+the worker CPU (process time, all threads) per PUT and per GET for each client, and the
+ratio to the reference; writes bench/results/s3_requests.csv.
 """
 
 from __future__ import annotations
@@ -26,8 +36,14 @@ from lambdaml import aws, codec, settings
 from lambdaml.channels.s3 import S3Channel
 from lambdaml.local import services
 
-SIZES = [10_000, 1_000_000]  # float64 elements: 80 kB and 8 MB values
-BOTO = ("when_supported", "when_required")  # botocore's default, then ours
+SIZES = [10_000, 125_000, 1_000_000]  # float64 elements: 80 kB, 1 MB and 8 MB values
+#: name: (body checksums, the body's SHA-256 in the signature; None: botocore's choice)
+BOTO = {
+    "default, http": ("when_supported", None),
+    "default, as on https": ("when_supported", False),
+    "lambdaml": ("when_required", False),
+}
+REFERENCE = "default, as on https"
 
 
 def cpu_ms_per_request(fn: Callable[[str], object], items: list[str], repeats: int = 3) -> float:
@@ -41,8 +57,10 @@ def cpu_ms_per_request(fn: Callable[[str], object], items: list[str], repeats: i
     return 1000 * best / len(items)
 
 
-def boto_client(url: str, mode: str, value: bytes, names: list[str]) -> tuple[float, float]:
-    channel = S3Channel(aws.client("s3", endpoint_url=url, checksums=mode), f"b-{secrets.token_hex(4)}")
+def boto_client(url: str, mode: tuple[str, bool | None], value: bytes, names: list[str]) -> tuple[float, float]:
+    checksums, sign = mode
+    client = aws.client("s3", endpoint_url=url, checksums=checksums, sign_s3_payload=sign)
+    channel = S3Channel(client, f"b-{secrets.token_hex(4)}")
     channel.ensure()
     for name in names:  # warm: connections, the bucket, and the keys the gets read
         channel.put(name, value)
@@ -74,15 +92,15 @@ def main() -> None:
     try:
         rng = np.random.default_rng(0)
         rows: list[list[str]] = []
-        header = ["d", "value kB", "client", "PUT CPU ms", "GET CPU ms", "CPU per request vs default"]
+        header = ["d", "value kB", "client", "PUT CPU ms", "GET CPU ms", f"CPU per request vs {REFERENCE}"]
         for d in SIZES:
             value = codec.encode(rng.standard_normal(d))
-            names = [f"k/{i}" for i in range(40 if d <= 10_000 else 8)]
-            measured = {f"boto3 {mode}": boto_client(moto.url, mode, value, names) for mode in BOTO}
+            names = [f"k/{i}" for i in range({10_000: 40, 125_000: 16}.get(d, 8))]
+            measured = {f"boto3 {name}": boto_client(moto.url, mode, value, names) for name, mode in BOTO.items()}
             lean = obstore_client(moto.url, value, names)
             if lean is not None:
                 measured["obstore"] = lean
-            reference = sum(measured[f"boto3 {BOTO[0]}"])
+            reference = sum(measured[f"boto3 {REFERENCE}"])
             for client, (put, get) in measured.items():
                 ratio = (put + get) / reference
                 rows.append([f"{d:.0e}", f"{len(value) / 1e3:.0f}", client, f"{put:.3f}", f"{get:.3f}", f"{ratio:.2f}"])

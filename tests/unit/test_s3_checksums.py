@@ -27,6 +27,9 @@ def test_puts_and_gets_carry_no_botocore_checksum_but_batch_deletes_still_do(mot
     assert puts and not any(
         h.startswith("x-amz-checksum") or h == "x-amz-sdk-checksum-algorithm" for p in puts for h in p
     )
+    # Nor a SHA-256 of the body in the signature: botocore hashes every body it sends without a
+    # checksum header, over HTTPS too, unless payload signing is off.
+    assert all(p["x-amz-content-sha256"] in ("UNSIGNED-PAYLOAD", b"UNSIGNED-PAYLOAD") for p in puts)
     gets = [headers for method, headers in sent if method == "GET"]
     assert gets and all(h.get("x-amz-checksum-mode") is None for h in gets)
     # DeleteObjects requires a checksum (S3 refuses it without): botocore still sends one there.
