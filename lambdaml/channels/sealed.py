@@ -8,15 +8,26 @@ accounting stay the wrapped channel's; the stats are the wrapped channel's own o
 A packed value is not sealed as a whole (a ranged read could not check a seal over all of
 it): each of its pieces is sealed under its own piece key, so every reader opens and checks
 exactly the piece it reads.
+
+A value that fails to open is read once more before the failure stands: a store can hand one
+reader a damaged body (moto's S3 does under concurrent requests to a fresh key, and without
+botocore's body checksums nothing below us notices). A value that is really wrong (replayed,
+from another job, tampered with) reads the same again and fails loudly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from lambdaml.channels.base import Backoff, Channel, Piece, Range
+from lambdaml.errors import CodecError
 from lambdaml.seal import OVERHEAD, Sealer
+
+log = logging.getLogger(__name__)
+V = TypeVar("V", bytes, memoryview)
 
 
 class SealedChannel(Channel):
@@ -65,20 +76,18 @@ class SealedChannel(Channel):
         return self.inner.put_many([(key, self.sealer.seal(key, bytes(data))) for key, data in items])
 
     def get(self, key: str) -> bytes:
-        return self.sealer.open(key, self.inner.get(key))
+        return self._open({key: self.inner.get(key)}, self.inner.get, self.sealer.open)[key]
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
-        return {key: self.sealer.open(key, raw) for key, raw in self.inner.get_many(keys).items()}
+        return self._open(self.inner.get_many(keys), self.inner.get, self.sealer.open)
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
-        found = self.inner.wait_for(keys, timeout, backoff=backoff)
-        return {key: self.sealer.open(key, raw) for key, raw in found.items()}
+        return self._open(self.inner.wait_for(keys, timeout, backoff=backoff), self.inner.get, self.sealer.open)
 
     def wait_for_views(
         self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
     ) -> dict[str, memoryview]:
-        found = self.inner.wait_for(keys, timeout, backoff=backoff)
-        return {key: self.sealer.open_view(key, raw) for key, raw in found.items()}
+        return self._open(self.inner.wait_for(keys, timeout, backoff=backoff), self.inner.get, self.sealer.open_view)
 
     # Ranges are raw bytes (part of a sealed value is no value to open); packed pieces are opened.
     def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
@@ -90,14 +99,39 @@ class SealedChannel(Channel):
     def wait_for_packed(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
     ) -> dict[str, bytes]:
-        found = self.inner.wait_for_packed(self._sealed_lengths(pieces), timeout, backoff=backoff)
-        return {key: self.sealer.open(key, raw) for key, raw in found.items()}
+        return self._open_packed(pieces, timeout, backoff, self.sealer.open)
 
     def wait_for_packed_views(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
     ) -> dict[str, memoryview]:
-        found = self.inner.wait_for_packed(self._sealed_lengths(pieces), timeout, backoff=backoff)
-        return {key: self.sealer.open_view(key, raw) for key, raw in found.items()}
+        return self._open_packed(pieces, timeout, backoff, self.sealer.open_view)
+
+    def _open_packed(
+        self,
+        pieces: Sequence[Piece],
+        timeout: float,
+        backoff: Backoff | None,
+        opener: Callable[[str, bytes], V],
+    ) -> dict[str, V]:
+        sealed = {p.key: p for p in self._sealed_lengths(pieces)}
+
+        def reread(key: str) -> bytes:  # the piece is there by now: one read of its range
+            return self.inner.wait_for_packed([sealed[key]], timeout)[key]
+
+        return self._open(self.inner.wait_for_packed(list(sealed.values()), timeout, backoff=backoff), reread, opener)
+
+    def _open(
+        self, found: Mapping[str, bytes], reread: Callable[[str], bytes], opener: Callable[[str, bytes], V]
+    ) -> dict[str, V]:
+        """Every value opened; one that fails is read once more, and a second failure stands."""
+        opened: dict[str, V] = {}
+        for key, raw in found.items():
+            try:
+                opened[key] = opener(key, raw)
+            except CodecError as exc:
+                log.warning("%s on the %s channel: %s; reading it again", key, self.describe(), exc)
+                opened[key] = opener(key, reread(key))
+        return opened
 
     @staticmethod
     def _sealed_lengths(pieces: Sequence[Piece]) -> list[Piece]:

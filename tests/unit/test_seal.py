@@ -1,9 +1,15 @@
-"""Opening a sealed value as a view: the same value and the same refusals as opening it as bytes."""
+"""Opening a sealed value as a view: the same value and the same refusals as opening it as bytes;
+and a value damaged on its way from the store is read again, while a wrong one still fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from lambdaml.channels.base import Piece
+from lambdaml.channels.memory import MemoryChannel
+from lambdaml.channels.sealed import SealedChannel
 from lambdaml.errors import CodecError
 from lambdaml.seal import Sealer, new_secret
 
@@ -21,3 +27,44 @@ def test_open_view_is_the_value_read_only_and_refuses_what_open_refuses(secret: 
         for opener in (sealer.open, sealer.open_view):
             with pytest.raises(CodecError):
                 opener(key, value)
+
+
+class _DamagesFirstRead(MemoryChannel):
+    """A store that hands the first read of each key a damaged body, as moto's S3 can under
+    concurrent requests: empty, or the value from somewhere in its middle."""
+
+    def __init__(self, damage: Callable[[bytes], bytes]) -> None:
+        super().__init__()
+        self.damage = damage
+        self.read: set[str] = set()
+
+    def _get(self, key: str) -> bytes:
+        value = super()._get(key)
+        if key in self.read:
+            return value
+        self.read.add(key)
+        return self.damage(value)
+
+
+@pytest.mark.parametrize("damage", [lambda v: b"", lambda v: v[len(v) // 3 :]], ids=["empty", "tail"])
+@pytest.mark.parametrize("secret", [None, new_secret()], ids=["bound", "mac"])
+def test_a_value_damaged_on_the_way_is_read_again_and_a_wrong_one_still_fails(
+    damage: Callable[[bytes], bytes], secret: bytes | None
+) -> None:
+    inner = _DamagesFirstRead(damage)
+    channel = SealedChannel(inner, Sealer(secret))
+    channel.put_many([("job/r1/a", b"a" * 1000), ("job/r1/b", b"b" * 1000)])
+    assert channel.get("job/r1/a") == b"a" * 1000
+    assert {k: bytes(v) for k, v in channel.wait_for_views(["job/r1/b"], timeout=5).items()} == {
+        "job/r1/b": b"b" * 1000
+    }
+    channel.put_packed("job/r1/packed", [("job/r1/p0", b"x" * 300), ("job/r1/p1", b"y" * 500)])
+    pieces = [Piece("job/r1/packed", f"job/r1/p{i}", i, 2, (300, 500)) for i in range(2)]
+    assert {k: bytes(v) for k, v in channel.wait_for_packed_views(pieces, timeout=5).items()} == {
+        "job/r1/p0": b"x" * 300,
+        "job/r1/p1": b"y" * 500,
+    }
+    # A value written under another key reads the same the second time: the failure stands.
+    inner.put("job/r2/a", inner.get("job/r1/a"))
+    with pytest.raises(CodecError, match="job/r2/a"):
+        channel.get("job/r2/a")
