@@ -153,13 +153,20 @@ def grid_shape(world: int) -> tuple[int, int]:
 
 
 def grid_requests(
-    workers: int, vector_bytes: float, header: float, piece_items: int = 1, segment_items: int = 1
+    workers: int,
+    vector_bytes: float,
+    header: float,
+    piece_items: int = 1,
+    segment_items: int = 1,
+    *,
+    packed: bool = False,
 ) -> Requests:
     """The data requests and bytes of one 2-D ScatterReduce round over all workers.
 
     Every worker puts c-1 row pieces and its assembled segment (about m/c each), r-1 column
     pieces and its merged chunk (about m/W), and gets 2(c-1) values of m/c and 2(r-1) of m/W:
-    3(r + c) - 4 requests. ``*_items``: the requests one value of each size takes.
+    3(r + c) - 4 requests. ``*_items``: the requests one value of each size takes. ``packed``
+    (S3): the row pieces go out as one value and the column pieces as another, 4 puts a worker.
     """
     w = workers
     if w <= 1:
@@ -167,13 +174,18 @@ def grid_requests(
     r, c = grid_shape(w)
     piece = vector_bytes / w + header
     if r == 1:
-        return pattern_requests("scatter_reduce", w, piece, piece_items)
+        return pattern_requests("scatter_reduce", w, piece, piece_items, packed=packed)
     segment = vector_bytes / c + header
     gets = (2 * (c - 1) * segment_items, 2 * (r - 1) * piece_items)
+    if packed:
+        puts = w * (2 + segment_items + piece_items)
+        indexes = w * (packed_index_bytes(c - 1) + packed_index_bytes(r - 1))
+    else:
+        puts, indexes = w * (c * segment_items + r * piece_items), 0
     return Requests(
-        puts=w * (c * segment_items + r * piece_items),
+        puts=puts,
         gets=w * sum(gets),
-        bytes_sent=w * (c * segment + r * piece),
+        bytes_sent=w * (c * segment + r * piece) + indexes,
         bytes_received=w * (2 * (c - 1) * segment + 2 * (r - 1) * piece),
     )
 
@@ -278,10 +290,15 @@ def _scatter_reduce_2d(
         return _scatter_reduce(channel, w, piece, add_Bps, polling)
     segment = m / c + header
     slowdown = channel.slowdown("scatter_reduce_2d")
-    row_scatter = phase_s(channel, "put", w, c - 1, segment, slowdown)
+    packed = packs_pieces(channel.kind)
+    if packed:  # one value of the c-1 row pieces, one of the r-1 column pieces, each with its index
+        row_scatter = phase_s(channel, "put", w, 1, (c - 1) * segment + packed_index_bytes(c - 1), slowdown)
+        col_scatter = phase_s(channel, "put", w, 1, (r - 1) * piece + packed_index_bytes(r - 1), slowdown)
+    else:
+        row_scatter = phase_s(channel, "put", w, c - 1, segment, slowdown)
+        col_scatter = phase_s(channel, "put", w, r - 1, piece, slowdown)
     row_gather = phase_s(channel, "get", w, c - 1, segment, slowdown)
     row_reduce = (c - 1) * segment / add_Bps
-    col_scatter = phase_s(channel, "put", w, r - 1, piece, slowdown)
     col_gather = phase_s(channel, "get", w, r - 1, piece, slowdown)
     col_reduce = (r - 1) * piece / add_Bps
     put_merged = phase_s(channel, "put", w, 1, piece, slowdown)
@@ -302,7 +319,7 @@ def _scatter_reduce_2d(
         + put_segment + gather_segments + 2 * (late_row + late_col)
     )  # fmt: skip
     missed = 2 * w * (misses_row * still_missing(c - 1) + misses_col * still_missing(r - 1))
-    requests = grid_requests(w, m, header, piece_items, segment_items) + Requests(gets=missed)
+    requests = grid_requests(w, m, header, piece_items, segment_items, packed=packed) + Requests(gets=missed)
     get_trips = (
         2
         * w
@@ -313,12 +330,12 @@ def _scatter_reduce_2d(
             + misses_col * channel.round_trips("get", still_missing(r - 1))
         )
     )
-    put_trips = w * (
-        channel.round_trips("put", (c - 1) * segment_items)
-        + channel.round_trips("put", (r - 1) * piece_items)
-        + piece_items
-        + segment_items
+    scatter_trips = (
+        2
+        if packed
+        else channel.round_trips("put", (c - 1) * segment_items) + channel.round_trips("put", (r - 1) * piece_items)
     )
+    put_trips = w * (scatter_trips + piece_items + segment_items)
     busy = store_busy(channel, requests, put_trips, get_trips, w)
     phases = {
         "row_scatter": row_scatter,

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from analytic_model.collectives import packs_pieces, pattern_requests
+from analytic_model.collectives import grid_requests, packs_pieces, pattern_requests
 from lambdaml import codec, keys, seal
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
@@ -101,6 +101,37 @@ def test_scatter_reduce_2d_is_the_flat_sum_on_every_rank_and_run(services: Servi
         exact = np.sum(np.stack(inputs[0]).astype(np.float64), axis=0)
         assert np.max(np.abs(grid - flat)) <= 1e-6 * np.max(np.abs(flat))
         assert np.max(np.abs(grid - exact)) <= 1e-6 * np.max(np.abs(exact))
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+@pytest.mark.parametrize("world", [6, 9])
+def test_scatter_reduce_2d_on_s3_puts_four_times_per_worker_per_round(services: Services, world: int) -> None:
+    """The row pieces in one packed value and the column pieces in another: 4 puts a worker a round
+    instead of r + c, the same bits as the unpacked grid, and the counts the analytic model prices."""
+    spec = channel_spec("s3", services)
+    channels = [open_channel(spec) for _ in range(world)]
+    channels[0].ensure()
+    d = 1003  # chunks and segments of unequal lengths
+    rng = np.random.default_rng(world)
+    inputs = [[rng.standard_normal(d) * 10.0 ** rng.integers(-4, 5, size=d) for _ in range(world)] for _ in range(3)]
+    try:
+        counted: dict[int, list[int]] = {}
+        for rounds in (1, 3):
+            before = [c.stats.as_dict()["puts"] for c in channels]
+            packed = run_pattern(channels, inputs[:rounds], "scatter_reduce_2d", unique_name("grid"))
+            counted[rounds] = [c.stats.as_dict()["puts"] - b for c, b in zip(channels, before, strict=True)]
+        assert [(counted[3][r] - counted[1][r]) / 2 for r in range(world)] == [4] * world
+        header = len(codec.encode(np.zeros(0))) + seal.OVERHEAD
+        assert grid_requests(world, d * 8, header, packed=packs_pieces("s3")).puts / world == 4
+
+        for channel in channels:  # the unpacked layout: r + c puts a worker
+            channel.ranged_reads = False  # type: ignore[misc]
+        unpacked = run_pattern(channels, inputs, "scatter_reduce_2d", unique_name("grid"))
+        for i in range(3):
+            for rank in range(world):
+                assert packed[i][rank].tobytes() == unpacked[i][rank].tobytes(), f"round {i} rank {rank}"
     finally:
         for channel in channels:
             channel.close()
