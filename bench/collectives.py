@@ -186,7 +186,7 @@ def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix
     bounds = chunk_bounds(d, world)
     sizes = [hi - lo for lo, hi in bounds]
     if pattern == "scatter_reduce_2d" and grid_shape(world)[0] > 1:
-        return grid_plan(value, names, rank, world, sizes, prefix)
+        return grid_plan(value, names, rank, world, sizes, prefix, payload if raw.kind == "s3" else None)
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     if raw.kind == "s3":  # the packed layout: one object of my pieces; owners read theirs by range
         piece = [HEADER + 4 * n for n in sizes]
@@ -217,8 +217,11 @@ def grid_plan(
     world: int,
     sizes: list[int],
     prefix: str,
+    packed_from: bytes | None = None,
 ) -> RawRound:
-    """2-D ScatterReduce's requests (``lambdaml/comm/grid.py``): rows, columns, columns, rows."""
+    """2-D ScatterReduce's requests (``lambdaml/comm/grid.py``): rows, columns, columns, rows.
+    With ``packed_from`` (S3) each rank's row pieces are one object and its column pieces another,
+    cut from those bytes, and every reader ranged-reads its own piece, as the library does."""
     r, c = grid_shape(world)
     row, col = rank % r, rank // r
     row_peers = [b * r + row for b in range(c) if b != col]
@@ -228,10 +231,26 @@ def grid_plan(
         b = k // r
         return sum(sizes[b * r : b * r + r])
 
-    row_out = [item for k in row_peers for item in value(f"{prefix}/r{rank}/c{k}", segment(k))]
-    row_in: list[Get] = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
-    col_out = [item for k in col_peers for item in value(f"{prefix}/k{rank}/c{k}", sizes[k])]
-    col_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
+    def packed(tag: str, group: list[int], elements: Callable[[int], int]) -> tuple[list[tuple[str, bytes]], list[Get]]:
+        """My pieces for the rest of ``group`` (ordered, me in it) as one object; mine of each other's by range."""
+        assert packed_from is not None
+        length = {k: HEADER + 4 * elements(k) for k in group}
+
+        def my_range(sender: int) -> tuple[str, int, int]:
+            start = sum(length[k] for k in group[: group.index(rank)] if k != sender)
+            return (f"{prefix}/{tag}{sender}", start, start + length[rank])
+
+        mine = [(f"{prefix}/{tag}{rank}", packed_from[: sum(n for k, n in length.items() if k != rank)])]
+        return mine, [my_range(k) for k in group if k != rank]
+
+    if packed_from is None:
+        row_out = [item for k in row_peers for item in value(f"{prefix}/r{rank}/c{k}", segment(k))]
+        row_in: list[Get] = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
+        col_out = [item for k in col_peers for item in value(f"{prefix}/k{rank}/c{k}", sizes[k])]
+        col_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
+    else:
+        row_out, row_in = packed("r", [b * r + row for b in range(c)], segment)
+        col_out, col_in = packed("k", [col * r + a for a in range(r)], lambda k: sizes[k])
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     merged_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/m/c{k}", sizes[k]))]
     seg = value(f"{prefix}/s/c{rank}", segment(rank))
