@@ -103,7 +103,7 @@ def main() -> None:
             reference = sum(measured[f"boto3 {REFERENCE}"])
             for client, (put, get) in measured.items():
                 ratio = (put + get) / reference
-                rows.append([f"{d:.0e}", f"{len(value) / 1e3:.0f}", client, f"{put:.3f}", f"{get:.3f}", f"{ratio:.2f}"])
+                rows.append([f"{d:.3g}", f"{len(value) / 1e3:.0f}", client, f"{put:.3f}", f"{get:.3f}", f"{ratio:.2f}"])
         report("s3_requests", header, rows)
     finally:
         moto.stop()
