@@ -189,15 +189,9 @@ def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix
         return grid_plan(value, names, rank, world, sizes, prefix, payload if raw.kind == "s3" else None)
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     if raw.kind == "s3":  # the packed layout: one object of my pieces; owners read theirs by range
-        piece = [HEADER + 4 * n for n in sizes]
-        packed = [(f"{prefix}/p{rank}", payload[: sum(n for j, n in enumerate(piece) if j != rank)])]
+        lengths = {j: HEADER + 4 * n for j, n in enumerate(sizes)}
+        packed, incoming_ranges = packed_exchange(f"{prefix}/p", rank, list(range(world)), lengths, payload)
         gathered_keys = [f"{prefix}/m/c{j}" for j in range(world) if j != rank]
-
-        def my_range(r: int) -> tuple[str, int, int]:  # my piece in rank r's object: its pieces in chunk order
-            start = sum(n for j, n in enumerate(piece[:rank]) if j != r)
-            return (f"{prefix}/p{r}", start, start + piece[rank])
-
-        incoming_ranges: list[Get] = [my_range(r) for r in range(world) if r != rank]
         return RawRound(
             [(packed, [], []), ([], incoming_ranges, merged), ([], list(gathered_keys), [])],
             names(packed) + names(merged),
@@ -208,6 +202,21 @@ def raw_plan(raw: RawClient, pattern: str, rank: int, world: int, d: int, prefix
     return RawRound(
         [(pieces, [], []), ([], list(incoming), merged), ([], list(gathered), [])], names(pieces) + names(merged)
     )
+
+
+def packed_exchange(
+    stem: str, rank: int, group: list[int], lengths: dict[int, int], payload: bytes
+) -> tuple[list[tuple[str, bytes]], list[Get]]:
+    """The library's packed layout on S3 (``lambdaml.comm.patterns.packed_pieces``): my pieces for
+    the rest of ``group`` (ordered, me in it; ``lengths`` by receiver) as one object at ``stem``+rank,
+    cut from ``payload``, and my piece of each other member's object by range."""
+
+    def my_range(sender: int) -> tuple[str, int, int]:
+        start = sum(lengths[k] for k in group[: group.index(rank)] if k != sender)
+        return (f"{stem}{sender}", start, start + lengths[rank])
+
+    mine = [(f"{stem}{rank}", payload[: sum(n for k, n in lengths.items() if k != rank)])]
+    return mine, [my_range(k) for k in group if k != rank]
 
 
 def grid_plan(
@@ -231,26 +240,17 @@ def grid_plan(
         b = k // r
         return sum(sizes[b * r : b * r + r])
 
-    def packed(tag: str, group: list[int], elements: Callable[[int], int]) -> tuple[list[tuple[str, bytes]], list[Get]]:
-        """My pieces for the rest of ``group`` (ordered, me in it) as one object; mine of each other's by range."""
-        assert packed_from is not None
-        length = {k: HEADER + 4 * elements(k) for k in group}
-
-        def my_range(sender: int) -> tuple[str, int, int]:
-            start = sum(length[k] for k in group[: group.index(rank)] if k != sender)
-            return (f"{prefix}/{tag}{sender}", start, start + length[rank])
-
-        mine = [(f"{prefix}/{tag}{rank}", packed_from[: sum(n for k, n in length.items() if k != rank)])]
-        return mine, [my_range(k) for k in group if k != rank]
-
     if packed_from is None:
         row_out = [item for k in row_peers for item in value(f"{prefix}/r{rank}/c{k}", segment(k))]
         row_in: list[Get] = [key for k in row_peers for key in names(value(f"{prefix}/r{k}/c{rank}", segment(rank)))]
         col_out = [item for k in col_peers for item in value(f"{prefix}/k{rank}/c{k}", sizes[k])]
         col_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/k{k}/c{rank}", sizes[rank]))]
     else:
-        row_out, row_in = packed("r", [b * r + row for b in range(c)], segment)
-        col_out, col_in = packed("k", [col * r + a for a in range(r)], lambda k: sizes[k])
+        row_group, column_group = [b * r + row for b in range(c)], [col * r + a for a in range(r)]
+        row_lengths = {k: HEADER + 4 * segment(k) for k in row_group}
+        row_out, row_in = packed_exchange(f"{prefix}/r", rank, row_group, row_lengths, packed_from)
+        column_lengths = {k: HEADER + 4 * sizes[k] for k in column_group}
+        col_out, col_in = packed_exchange(f"{prefix}/k", rank, column_group, column_lengths, packed_from)
     merged = value(f"{prefix}/m/c{rank}", sizes[rank])
     merged_in: list[Get] = [key for k in col_peers for key in names(value(f"{prefix}/m/c{k}", sizes[k]))]
     seg = value(f"{prefix}/s/c{rank}", segment(rank))

@@ -15,8 +15,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lambdaml.arrays import Array
-from lambdaml.channels.base import Piece
-from lambdaml.comm.patterns import ChunkCodec, Pattern, PlainCodec, ScatterReduce, chunk_bounds, owner_sum
+from lambdaml.comm.patterns import (
+    ChunkCodec,
+    Pattern,
+    PlainCodec,
+    ScatterReduce,
+    chunk_bounds,
+    owner_sum,
+    packed_pieces,
+)
 from lambdaml.comm.rounds import Round
 from lambdaml.errors import ConfigError
 
@@ -121,9 +128,7 @@ def _swap(
     """Send every other peer its piece (``values(peer)``, encoded as that peer's chunk) and
     receive each other peer's piece for me, by peer.
 
-    Packed where the round packs: my pieces in ``peers`` order, so mine is slot ``peers.index(me)``
-    less one in the values of the peers before me, and every slot's length follows from the
-    size of the piece its receiver gets (the same from every sender).
+    Packed where the round packs (``packed_pieces`` finds mine in each sender's value).
     """
     me = round_.rank
     sent = [
@@ -136,16 +141,5 @@ def _swap(
         return {peer: got[key] for peer, key in keys.items()}
     round_.put_packed(round_.key(tag, rank=me), sent)
     lengths = {peer: codec.piece_bytes(peer, values(peer)) for peer in peers}
-
-    def slot_lengths(sender: int) -> tuple[int, ...] | None:
-        known = [lengths[peer] for peer in peers if peer != sender]
-        return None if any(n is None for n in known) else tuple(n for n in known if n is not None)
-
-    position = peers.index(me)
-    pieces = [
-        Piece(round_.key(tag, rank=sender), key, position - (peers.index(sender) < position), len(peers) - 1,
-              slot_lengths(sender))
-        for sender, key in keys.items()
-    ]  # fmt: skip
-    got = round_.wait_for_packed(pieces)
+    got = round_.wait_for_packed(packed_pieces(round_, tag, peers, lengths, keys))
     return {peer: got[key] for peer, key in keys.items()}

@@ -10,7 +10,7 @@ they return bit-identical sums: to each other and to the left fold ``x0 + x1 + .
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -62,6 +62,30 @@ def owner_sum(
         own if sender == chunk else codec.decode_piece(chunk, sender, raw[sender], like, f"rank {sender}'s {what}")
         for sender in senders
     )
+
+
+def packed_pieces(
+    round_: Round, tag: str, peers: Sequence[int], lengths: Mapping[int, int | None], keys: Mapping[int, str]
+) -> list[Piece]:
+    """Where my piece lies in each sender's packed value (``keys``: my piece's key, by sender).
+
+    Every one of ``peers`` packs its pieces for the others in ``peers`` order, at
+    ``round_.key(tag, rank=sender)``, so mine is slot my position less one in the values of the
+    peers before me. ``lengths``: the wire length of the piece each peer receives (the same from
+    every sender), or None where the encoding does not fix it; a sender's slot lengths are
+    given only where all are known, else its index is read first.
+    """
+    position = peers.index(round_.rank)
+
+    def slot_lengths(sender: int) -> tuple[int, ...] | None:
+        known = [lengths[peer] for peer in peers if peer != sender]
+        return None if any(n is None for n in known) else tuple(n for n in known if n is not None)
+
+    return [
+        Piece(round_.key(tag, rank=sender), key, position - (peers.index(sender) < position), len(peers) - 1,
+              slot_lengths(sender))
+        for sender, key in keys.items()
+    ]  # fmt: skip
 
 
 class ChunkCodec(Protocol):
@@ -209,7 +233,8 @@ class ScatterReduce(Pattern):
         own = codec.own_piece(rank, mine)
         piece_keys = {r: round_.key(self.tag, rank=r, chunk=rank) for r in range(world) if r != rank}
         if round_.packs:
-            pieces = round_.wait_for_packed(self._packed_pieces(round_, codec, flat, bounds, piece_keys))
+            lengths = {j: codec.piece_bytes(j, flat[start:stop]) for j, (start, stop) in enumerate(bounds)}
+            pieces = round_.wait_for_packed(packed_pieces(round_, self.tag, range(world), lengths, piece_keys))
         else:
             pieces = round_.wait_for(list(piece_keys.values()))
         # Safe: rank r writes its pieces of this round only after its call for the previous
@@ -233,20 +258,3 @@ class ScatterReduce(Pattern):
             lo_j, hi_j = bounds[j]
             out[lo_j:hi_j] = codec.decode_merged(j, merged[key], flat[lo_j:hi_j], f"merged chunk {j} of round {number}")
         return out.reshape(x.shape)
-
-    def _packed_pieces(
-        self, round_: Round, codec: ChunkCodec, flat: Array, bounds: list[tuple[int, int]], piece_keys: dict[int, str]
-    ) -> list[Piece]:
-        """Where my chunk's piece lies in each other rank's packed value: rank r packs its pieces
-        of the chunks j != r in chunk order, so mine is slot ``rank`` less one if r is below me."""
-        world, rank = round_.world_size, round_.rank
-        lengths = [codec.piece_bytes(j, flat[lo:hi]) for j, (lo, hi) in enumerate(bounds)]
-
-        def slot_lengths(r: int) -> tuple[int, ...] | None:
-            known = [n for j, n in enumerate(lengths) if j != r]
-            return None if any(n is None for n in known) else tuple(n for n in known if n is not None)
-
-        return [
-            Piece(round_.key(self.tag, rank=r), key, rank - (r < rank), world - 1, slot_lengths(r))
-            for r, key in piece_keys.items()
-        ]
