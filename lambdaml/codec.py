@@ -73,6 +73,12 @@ def _pad8(n: int) -> int:
 
 def encode(array: Array) -> bytes:
     """Encode one array (any supported dtype, at most 8 dimensions)."""
+    return b"".join(encode_buffers(array))
+
+
+def encode_buffers(array: Array) -> tuple[bytes, memoryview]:
+    """``encode`` as its header and a view of the array's own memory, uncopied (for a channel
+    that sends buffers as they are). The array must not change until the value is sent."""
     arr = np.asarray(array)
     dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
     code = _CODES.get(np.dtype(dtype))
@@ -80,14 +86,13 @@ def encode(array: Array) -> bytes:
         raise CodecError(f"dtype {arr.dtype} cannot be put on the wire")
     if arr.ndim > MAX_NDIM:
         raise CodecError(f"{arr.ndim} dimensions is more than the {MAX_NDIM} the format allows")
-    # One copy only: hash the array's own memory, then join header, shape and payload once.
     contiguous = np.ascontiguousarray(arr, dtype=dtype)
     payload = contiguous.reshape(-1).view(np.uint8).data if contiguous.size else memoryview(b"")
     shape = struct.pack(f"<{arr.ndim}Q", *arr.shape)
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), 0, 0)
     crc = checksum(head, shape, payload)
     head = _HEADER.pack(MAGIC, VERSION, code, arr.ndim, 0, len(payload), crc, 0)
-    return b"".join((head, shape, payload))
+    return head + shape, payload
 
 
 def encoded_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:

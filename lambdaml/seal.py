@@ -22,6 +22,7 @@ import hmac
 import secrets
 import struct
 
+from lambdaml.buffers import Buffers, Value, as_buffers
 from lambdaml.errors import CodecError
 
 MAGIC = b"LMLS"
@@ -51,17 +52,23 @@ class Sealer:
         """Whether values are MACed (tamper-proof), not only bound to their key."""
         return self._secret is not None
 
-    def _tag(self, key: str, data: bytes | memoryview) -> bytes:
+    def _tag(self, key: str, data: Buffers) -> bytes:
         name = key.encode("utf-8")
         if self._secret is None:
             return hashlib.sha256(name).digest()[:TAG_BYTES]
         mac = hmac.new(self._secret, struct.pack("<Q", len(name)) + name, "sha256")
-        mac.update(data)
+        for buffer in data:
+            mac.update(buffer)
         return mac.digest()[:TAG_BYTES]
 
     def seal(self, key: str, data: bytes) -> bytes:
+        return b"".join(self.seal_buffers(key, data))
+
+    def seal_buffers(self, key: str, data: Value) -> Buffers:
+        """``seal`` as the seal's prefix and the value's own buffers, uncopied."""
+        buffers = as_buffers(data)
         mode = _BOUND if self._secret is None else _MAC
-        return b"".join((_HEADER.pack(MAGIC, VERSION, mode), self._tag(key, data), data))
+        return (_HEADER.pack(MAGIC, VERSION, mode) + self._tag(key, buffers), *buffers)
 
     def open(self, key: str, sealed: bytes) -> bytes:
         """The value written under ``key``; a value from anywhere else (or tampered with) is a CodecError."""
@@ -84,7 +91,7 @@ class Sealer:
             kinds = ("bound to its key only", "authenticated with the job's key")
             raise CodecError(f"{key} holds a value {kinds[mode == _MAC]}, but this job's values are {kinds[expected]}")
         data = view[OVERHEAD:]
-        if not hmac.compare_digest(bytes(view[_HEADER.size : OVERHEAD]), self._tag(key, data)):
+        if not hmac.compare_digest(bytes(view[_HEADER.size : OVERHEAD]), self._tag(key, (data,))):
             if self._secret is None:
                 raise CodecError(
                     f"{key} holds a value written under another key (replayed from another round or rank?)"

@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from lambdaml import codec
+from lambdaml import buffers, codec
 from lambdaml import keys as K
-from lambdaml.channels.chunks import join_parts, manifest_of, split_value
+from lambdaml.buffers import Value
+from lambdaml.channels.chunks import WRITE_ID, Manifest, join_parts, manifest_of, split_value
 from lambdaml.errors import ChannelError, ChannelUnreachable, KeyNotFound, SyncTimeout, TransientChannelError
 
 if TYPE_CHECKING:
@@ -180,6 +181,15 @@ class Channel(ABC):
         for key, data in items:
             self._put(key, data)
 
+    def _write(self, batch: Sequence[tuple[str, Value]]) -> None:
+        """One write request of ``put_many``'s: each value joined into bytes here, where it is sent.
+        A backend that sends a list of buffers as it is overrides this and joins nothing."""
+        items = [(key, buffers.joined(value)) for key, value in batch]
+        if len(items) == 1:
+            self._put(*items[0])
+        else:
+            self._put_batch(items)
+
     def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         """Backends with batch reads override this; the default issues the GETs concurrently."""
 
@@ -242,14 +252,14 @@ class Channel(ABC):
 
     # ---- the rich layer --------------------------------------------------------------
 
-    def put(self, key: str, data: bytes) -> list[str]:
+    def put(self, key: str, data: Value) -> list[str]:
         """Store ``data`` at ``key``; values over the item limit are chunked transparently.
 
         Returns the keys stored (``key``, or its parts and manifest), for ``delete_stored``.
         """
         return self.put_many([(key, data)])
 
-    def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
+    def put_many(self, items: Sequence[tuple[str, Value]]) -> list[str]:
         """Store several values concurrently (a ScatterReduce worker's W-1 pieces); returns the keys stored.
 
         Values over the item limit are split first, so every part of every value goes out
@@ -257,26 +267,23 @@ class Channel(ABC):
         key sees all its parts, and no pool task ever waits on the pool it runs in.
         """
         limit = self.max_item_bytes
-        first: list[tuple[str, bytes]] = []  # whole values and chunk parts
-        manifests: list[tuple[str, bytes]] = []
+        first: list[tuple[str, Value]] = []  # whole values and chunk parts
+        manifests: list[tuple[str, Value]] = []
         sent = 0
         for key, value in items:
-            data = bytes(value)
-            if limit is None or len(data) <= limit:
+            data = value if isinstance(value, (bytes, tuple)) else bytes(value)  # a caller's bytearray, say
+            length = buffers.size(data)
+            if limit is None or length <= limit:
                 first.append((key, data))
-                sent += len(data)
+                sent += length
                 continue
             parts, manifest = split_value(key, data, limit)
             first.extend(parts)
             manifests.append(manifest)
-            sent += len(data) + len(manifest[1])
+            sent += length + len(manifest[1])
 
-        def put_batch(batch: Sequence[tuple[str, bytes]]) -> None:
-            # A write is idempotent: a retried batch rewrites the same bytes.
-            if len(batch) == 1:
-                self._retry(self._put, *batch[0])
-            else:
-                self._retry(self._put_batch, batch)
+        def put_batch(batch: Sequence[tuple[str, Value]]) -> None:
+            self._retry(self._write, batch)  # a write is idempotent: a retried batch rewrites the same bytes
 
         self._map(put_batch, self._put_batches(first))
         self._map(put_batch, self._put_batches(manifests))
@@ -294,16 +301,17 @@ class Channel(ABC):
         self.stats.add(puts=1, bytes_sent=len(data))
         return created
 
-    def _put_batches(self, items: Sequence[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
+    def _put_batches(self, items: Sequence[tuple[str, Value]]) -> list[list[tuple[str, Value]]]:
         """Consecutive values grouped up to ``put_batch`` values and ``put_batch_bytes`` bytes (one at least)."""
-        batches: list[list[tuple[str, bytes]]] = []
+        batches: list[list[tuple[str, Value]]] = []
         size = 0
-        for item in items:
-            if not batches or len(batches[-1]) >= self.put_batch or size + len(item[1]) > self.put_batch_bytes:
+        for key, value in items:
+            length = buffers.size(value)
+            if not batches or len(batches[-1]) >= self.put_batch or size + length > self.put_batch_bytes:
                 batches.append([])
                 size = 0
-            batches[-1].append(item)
-            size += len(item[1])
+            batches[-1].append((key, value))
+            size += length
         return batches
 
     def get(self, key: str) -> bytes:
@@ -368,14 +376,14 @@ class Channel(ABC):
         """``wait_for`` of ranged reads: until every range's value exists; raises SyncTimeout."""
         return self._wait(list(dict.fromkeys(ranges)), self.get_ranges, timeout, backoff, lambda r: r[0])
 
-    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> list[str]:
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, Value]]) -> list[str]:
         """Store several values as one value at ``key`` (one write instead of one each), every one
         readable on its own by ``wait_for_packed``; returns the keys stored, as ``put`` does.
 
         The piece keys name the values (a sealed channel binds each to its own); slot i holds
         ``pieces[i]``.
         """
-        return self.put(key, codec.encode_packed([bytes(data) for _, data in pieces]))
+        return self.put(key, codec.encode_packed([buffers.joined(data) for _, data in pieces]))
 
     def wait_for_packed(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None
@@ -413,11 +421,19 @@ class Channel(ABC):
         manifests = [m for k, raw in found.items() if (m := manifest_of(k, raw, self.kind)) is not None]
         if not manifests:
             return found
-        part_keys = [part for manifest in manifests for part in manifest.part_keys]
-        parts = self._retry(self._get_many, part_keys)
-        self.stats.add(gets=len(part_keys), bytes_received=sum(len(v) for v in parts.values()))
-        joined = {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
+        joined = self._retry(self._join_chunked, manifests)
+        self.stats.add(
+            gets=sum(m.parts for m in manifests), bytes_received=sum(m.total + m.parts * WRITE_ID for m in manifests)
+        )
         return {key: joined.get(key, raw) for key, raw in found.items()}
+
+    def _join_chunked(self, manifests: Sequence[Manifest]) -> dict[str, bytes]:
+        """The values the manifests name, each joined from its parts (all parts fetched in one call);
+        refused if a part is missing or of another write. A backend that reads values into buffers
+        of its choosing overrides this to read the parts into one buffer each, unjoined."""
+        part_keys = [part for manifest in manifests for part in manifest.part_keys]
+        parts = self._get_many(part_keys)
+        return {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.

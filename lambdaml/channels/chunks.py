@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lambdaml import keys as K
+from lambdaml.buffers import Buffers, Value, cut, size
 from lambdaml.errors import ChannelError, TransientChannelError
 
 _MAGIC = b"\x00LMLCHUNK"
 _MANIFEST = struct.Struct("<9sBIQ8s")  # magic, version, parts, total bytes, write id
 _VERSION = 2
-_WRITE_ID = 8
+WRITE_ID = 8
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,12 @@ class Manifest:
         return [K.chunk_part(self.key, i) for i in range(self.parts)]
 
 
-def split_value(key: str, data: bytes, limit: int) -> tuple[list[tuple[str, bytes]], tuple[str, bytes]]:
-    """The parts (each at most ``limit`` bytes, cut with one copy) and the manifest of ``data`` at ``key``."""
-    write_id, step = os.urandom(_WRITE_ID), limit - _WRITE_ID
-    view = memoryview(data)
-    parts = [
-        (K.chunk_part(key, n), b"".join((write_id, view[i : i + step])))
-        for n, i in enumerate(range(0, len(data), step))
-    ]
-    return parts, (key, _MANIFEST.pack(_MAGIC, _VERSION, len(parts), len(data), write_id))
+def split_value(key: str, data: Value, limit: int) -> tuple[list[tuple[str, Buffers]], tuple[str, bytes]]:
+    """The parts (each at most ``limit`` bytes: the write id and views of ``data``, nothing copied)
+    and the manifest of ``data`` at ``key``."""
+    write_id, step, total = os.urandom(WRITE_ID), limit - WRITE_ID, size(data)
+    parts = [(K.chunk_part(key, n), (write_id, *cut(data, i, i + step))) for n, i in enumerate(range(0, total, step))]
+    return parts, (key, _MANIFEST.pack(_MAGIC, _VERSION, len(parts), total, write_id))
 
 
 def manifest_of(key: str, raw: bytes, kind: str) -> Manifest | None:
@@ -59,15 +57,17 @@ def manifest_of(key: str, raw: bytes, kind: str) -> Manifest | None:
 
 def join_parts(manifest: Manifest, parts: Mapping[str, bytes], kind: str) -> bytes:
     """The value the manifest's parts make; refused if one is missing or of another write."""
-    part_keys = manifest.part_keys
+    check_parts(manifest, parts, sum(len(p) - WRITE_ID for p in parts.values()), kind)
+    return b"".join(memoryview(parts[k])[WRITE_ID:] for k in manifest.part_keys)
+
+
+def check_parts(manifest: Manifest, heads: Mapping[str, bytes], data_bytes: int, kind: str) -> None:
+    """Refuse a value reassembled from the manifest's parts if one is missing, one is of another
+    write (``heads``: each part found, or at least its first ``WRITE_ID`` bytes), or the parts'
+    ``data_bytes`` are not the value's length."""
     key = manifest.key
-    if len(parts) != manifest.parts:
-        missing = manifest.parts - len(parts)
+    if len(heads) != manifest.parts:
+        missing = manifest.parts - len(heads)
         raise ChannelError(f"{kind}: value {key!r} is missing {missing} of {manifest.parts} parts")
-    wrong = TransientChannelError(f"{kind}: value {key!r} was reassembled wrong (changed while read?)")
-    if not all(parts[k].startswith(manifest.write_id) for k in part_keys):
-        raise wrong
-    data = b"".join(memoryview(parts[k])[_WRITE_ID:] for k in part_keys)
-    if len(data) != manifest.total:
-        raise wrong
-    return data
+    if data_bytes != manifest.total or not all(heads[k][:WRITE_ID] == manifest.write_id for k in manifest.part_keys):
+        raise TransientChannelError(f"{kind}: value {key!r} was reassembled wrong (changed while read?)")

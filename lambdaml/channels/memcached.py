@@ -16,17 +16,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 import pymemcache.client.base
-from pymemcache.client.base import Client, PooledClient, _readline
+from pymemcache.client.base import Client, PooledClient
 from pymemcache.exceptions import (
     MemcacheError,
     MemcacheIllegalInputError,
     MemcacheServerError,
     MemcacheUnexpectedCloseError,
-    MemcacheUnknownError,
 )
 
 from lambdaml import credentials
+from lambdaml.buffers import Value, joined, size
+from lambdaml.channels import memcached_io
 from lambdaml.channels.base import Channel
+from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -42,7 +44,6 @@ DEFAULT_MAX_ITEM_BYTES = 1_047_552
 SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
 LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
 _BATCH = 100  # keys per multi-get / multi-delete request
-_IOV_MAX = 1024  # buffers one sendmsg takes on Linux
 
 # pymemcache reads responses 4 KB per recv() and has no option for it: an 800 KB value took
 # 200 system calls, 0.85 ms on loopback against 0.30 ms with 64 KB reads.
@@ -100,42 +101,6 @@ class _AuthenticatingPool(PooledClient):  # type: ignore[misc]
         client = super()._create_client()
         client.login = self.login
         return client
-
-
-def _send_sets(client: Client, items: Sequence[tuple[str, bytes]]) -> list[str]:
-    """``set`` every item on the client's connection, sent with scatter-gather I/O; the keys not stored."""
-    buffers: list[bytes | memoryview] = []
-    for key, data in items:
-        buffers += (b"set %s 0 0 %d\r\n" % (client.check_key(key, client.key_prefix), len(data)), data, b"\r\n")
-    if client.sock is None:
-        client._connect()
-    try:
-        _send_all(client.sock, buffers)
-        refused, buf = [], b""
-        for key, _ in items:
-            buf, line = _readline(client.sock, buf)
-            client._raise_errors(line, b"set")
-            if line == b"NOT_STORED":
-                refused.append(key)
-            elif line != b"STORED":
-                raise MemcacheUnknownError(line[:32])
-        return refused
-    except BaseException:
-        client.close()  # a reply may be left unread: the connection is of no further use
-        raise
-
-
-def _send_all(sock: socket.socket, buffers: list[bytes | memoryview]) -> None:
-    """``sendall`` of several buffers without joining them; ``sendmsg`` may send only part of them."""
-    views = [memoryview(b) for b in buffers if len(b)]
-    first = 0  # views before it are sent
-    while first < len(views):
-        sent = sock.sendmsg(views[first : first + _IOV_MAX])
-        while first < len(views) and sent >= len(views[first]):
-            sent -= len(views[first])
-            first += 1
-        if sent:
-            views[first] = views[first][sent:]
 
 
 class MemcachedChannel(Channel):
@@ -209,17 +174,21 @@ class MemcachedChannel(Channel):
             raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
 
     def _put(self, key: str, data: bytes) -> None:
-        if self._set([(key, data)]):
-            raise ChannelError(f"memcached at {self.endpoint} did not store {key} ({len(data)} bytes)")
+        self._write([(key, data)])
 
     def _put_batch(self, items: Sequence[tuple[str, bytes]]) -> None:
-        refused = self._set(items)
+        self._write(items)
+
+    def _write(self, batch: Sequence[tuple[str, Value]]) -> None:
+        refused = self._set(batch)
+        if refused and len(batch) == 1:
+            raise ChannelError(f"memcached at {self.endpoint} did not store {refused[0]} ({size(batch[0][1])} bytes)")
         if refused:
             raise ChannelError(
-                f"memcached at {self.endpoint} did not store {len(refused)} of {len(items)} keys (first: {refused[0]})"
+                f"memcached at {self.endpoint} did not store {len(refused)} of {len(batch)} keys (first: {refused[0]})"
             )
 
-    def _set(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
+    def _set(self, items: Sequence[tuple[str, Value]]) -> list[str]:
         """Store the items with pipelined ``set`` commands; returns the keys the server refused.
 
         pymemcache builds each command by concatenating it with its value, two copies of
@@ -230,12 +199,14 @@ class MemcachedChannel(Channel):
         pool = getattr(self.client, "client_pool", None)
         if pool is None:  # a client passed in as it is: its own commands
             if len(items) == 1:
-                return [] if self._call(what, self.client.set, *items[0], noreply=False) else [items[0][0]]
-            return [str(k) for k in self._call(what, self.client.set_many, dict(items), noreply=False)]
+                key, data = items[0]
+                return [] if self._call(what, self.client.set, key, joined(data), noreply=False) else [key]
+            values = {key: joined(data) for key, data in items}
+            return [str(k) for k in self._call(what, self.client.set_many, values, noreply=False)]
 
         def store() -> list[str]:
             with pool.get_and_release(destroy_on_fail=True) as client:
-                return _send_sets(client, items)
+                return memcached_io.send_sets(client, items)
 
         return self._call(what, store)
 
@@ -248,15 +219,59 @@ class MemcachedChannel(Channel):
     def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         unique = list(dict.fromkeys(keys))
         batches = [unique[i : i + _BATCH] for i in range(0, len(unique), _BATCH)]
+        pool = getattr(self.client, "client_pool", None)
 
         def fetch(batch: list[str]) -> dict[str, bytes]:
-            values = self._call(f"get of {len(batch)} keys", self.client.get_many, batch)
-            return {str(k): bytes(v) for k, v in values.items() if v is not None}
+            what = f"get of {len(batch)} keys"
+            if pool is None:  # a client passed in as it is: its own commands
+                values = self._call(what, self.client.get_many, batch)
+                return {str(k): bytes(v) for k, v in values.items() if v is not None}
+            found: dict[str, bytes] = {}
+
+            def place(key: str, length: int) -> list[memoryview]:
+                found[key] = buffer = bytearray(length)  # type: ignore[assignment]  # read-only from here on
+                return [memoryview(buffer)]
+
+            self._call(what, self._get_into, pool, batch, place)
+            return found
 
         found: dict[str, bytes] = {}
         for part in self._map(fetch, batches):
             found.update(part)
         return found
+
+    def _join_chunked(self, manifests: Sequence[Manifest]) -> dict[str, bytes]:
+        """Each value's parts read straight into one buffer of its size, at their offsets: one
+        ``get`` of all its parts, in order, on one connection; the values concurrently."""
+        pool = getattr(self.client, "client_pool", None)
+        if pool is None:
+            return super()._join_chunked(manifests)
+
+        def read(manifest: Manifest) -> tuple[str, bytes]:
+            value = bytearray(manifest.total)
+            write_ids = bytearray(WRITE_ID * manifest.parts)
+            where = {key: i for i, key in enumerate(manifest.part_keys)}
+            offset = 0
+
+            def place(key: str, length: int) -> list[memoryview]:
+                nonlocal offset
+                i, start = where[key], offset
+                offset += length - WRITE_ID
+                if length < WRITE_ID or offset > manifest.total:
+                    raise TransientChannelError(f"{self.kind}: value {manifest.key!r} was reassembled wrong")
+                return [memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID], memoryview(value)[start:offset]]
+
+            found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
+            heads = {key: bytes(write_ids[where[key] * WRITE_ID : (where[key] + 1) * WRITE_ID]) for key in found}
+            check_parts(manifest, heads, offset, self.kind)
+            return manifest.key, value  # type: ignore[return-value]  # read-only from here on
+
+        return dict(self._map(read, manifests))
+
+    @staticmethod
+    def _get_into(pool: Any, keys: Sequence[str], place: memcached_io.Placer) -> list[str]:
+        with pool.get_and_release(destroy_on_fail=True) as client:
+            return memcached_io.get_into(client, keys, place)
 
     def _delete(self, keys: Sequence[str]) -> None:
         for start in range(0, len(keys), _BATCH):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from lambdaml.buffers import Value, joined
 from lambdaml.channels.base import Backoff, Channel, Piece, Range
 from lambdaml.errors import CodecError
 from lambdaml.seal import OVERHEAD, Sealer
@@ -72,8 +73,8 @@ class SealedChannel(Channel):
         self.inner._delete_raw(keys)
 
     # Values are sealed and opened around the wrapped channel's rich layer (chunking included).
-    def put_many(self, items: Sequence[tuple[str, bytes]]) -> list[str]:
-        return self.inner.put_many([(key, self.sealer.seal(key, bytes(data))) for key, data in items])
+    def put_many(self, items: Sequence[tuple[str, Value]]) -> list[str]:
+        return self.inner.put_many([(key, self.sealer.seal_buffers(key, data)) for key, data in items])
 
     def get(self, key: str) -> bytes:
         return self._open({key: self.inner.get(key)}, self.inner.get, self.sealer.open)[key]
@@ -93,8 +94,8 @@ class SealedChannel(Channel):
     def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
         return self.inner.get_ranges(ranges)
 
-    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> list[str]:
-        return self.inner.put_packed(key, [(name, self.sealer.seal(name, bytes(data))) for name, data in pieces])
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, Value]]) -> list[str]:
+        return self.inner.put_packed(key, [(name, self.sealer.seal(name, joined(data))) for name, data in pieces])
 
     def wait_for_packed(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None

@@ -17,6 +17,7 @@ import numpy as np
 
 from lambdaml import codec
 from lambdaml.arrays import Array
+from lambdaml.buffers import Value
 from lambdaml.channels.base import Piece
 from lambdaml.comm.rounds import Round
 
@@ -98,8 +99,8 @@ class ChunkCodec(Protocol):
     Decoded values are only read (they may share memory with the raw bytes).
     """
 
-    def encode_piece(self, chunk: int, values: Array) -> bytes:
-        """The wire value of my piece of ``chunk``, for its owner."""
+    def encode_piece(self, chunk: int, values: Array) -> Value:
+        """The wire value of my piece of ``chunk``, for its owner (it may view ``values``' memory)."""
 
     def piece_bytes(self, chunk: int, like: Array) -> int | None:
         """The length of every rank's wire value of its piece of ``chunk`` (``like``: mine), where the
@@ -111,7 +112,7 @@ class ChunkCodec(Protocol):
     def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         """``sender``'s piece of the chunk I own."""
 
-    def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
+    def encode_merged(self, chunk: int, total: Array) -> tuple[Value, Array]:
         """The wire value of the merged chunk I own, and the values every rank reads from it."""
 
     def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
@@ -121,8 +122,8 @@ class ChunkCodec(Protocol):
 class PlainCodec:
     """Values travel as they are, as codec tensors: the collective of an uncompressed job."""
 
-    def encode_piece(self, chunk: int, values: Array) -> bytes:
-        return codec.encode(values)
+    def encode_piece(self, chunk: int, values: Array) -> Value:
+        return codec.encode_buffers(values)
 
     def piece_bytes(self, chunk: int, like: Array) -> int | None:
         return codec.encoded_bytes(like.shape, like.dtype)
@@ -133,8 +134,8 @@ class PlainCodec:
     def decode_piece(self, chunk: int, sender: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
-    def encode_merged(self, chunk: int, total: Array) -> tuple[bytes, Array]:
-        return codec.encode(total), total
+    def encode_merged(self, chunk: int, total: Array) -> tuple[Value, Array]:
+        return codec.encode_buffers(total), total
 
     def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)

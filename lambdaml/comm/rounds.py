@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from lambdaml.buffers import Value
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
 
@@ -54,10 +55,10 @@ class Round:
         """This round's key of ``rank``'s value (``None``: the merged one), of one chunk if given."""
         return self._key(self.number, tag, rank=rank, chunk=chunk)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Value) -> None:
         self.put_many([(key, data)])
 
-    def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+    def put_many(self, items: Sequence[tuple[str, Value]]) -> None:
         """Store values concurrently, each sealed under its key, and remember them for retirement."""
         self._written.extend(self._channel.put_many(items))
 
@@ -67,7 +68,7 @@ class Round:
         ranged-reading its own: on a channel with native ranged reads, where writes cost most (S3)."""
         return self._channel.native_ranges
 
-    def put_packed(self, key: str, pieces: Sequence[tuple[str, bytes]]) -> None:
+    def put_packed(self, key: str, pieces: Sequence[tuple[str, Value]]) -> None:
         """Store the pieces as one value at ``key``, each sealed under its own key, and remember it."""
         self._written.extend(self._channel.put_packed(key, pieces))
 

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
 from botocore.stub import Stubber
+from pymemcache.client.base import Client
+from pymemcache.exceptions import MemcacheUnexpectedCloseError
 from redis import exceptions as rx
 
 from lambdaml import aws
-from lambdaml.channels import Channel, open_channel
+from lambdaml.channels import Channel, memcached_io, open_channel
 from lambdaml.channels.dynamodb import DynamoDBChannel
 from lambdaml.channels.memcached import MemcachedChannel
 from lambdaml.channels.redis import RedisChannel
@@ -271,8 +273,6 @@ def test_memcached_refused_set_is_an_error() -> None:
 
 def test_memcached_sets_survive_partial_sends() -> None:
     # A small send buffer makes sendmsg send part of the buffers each call: all must arrive, in order.
-    from lambdaml.channels.memcached import _send_all
-
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     ours.settimeout(10.0)  # as the client's sockets are: sendmsg then returns after a partial send
@@ -286,10 +286,50 @@ def test_memcached_sets_survive_partial_sends() -> None:
     reader = threading.Thread(target=read)
     reader.start()
     with ours:
-        _send_all(ours, [*values, memoryview(values[3])[5:9]])
+        memcached_io.send_all(ours, [*values, memoryview(values[3])[5:9]])
     reader.join()
     theirs.close()
     assert bytes(received) == b"".join(values) + values[3][5:9]
+
+
+def _replying_client(reply: bytes, piece: int) -> tuple[Client, threading.Thread]:
+    """A pymemcache client on one end of a socket pair; the other end sends ``reply`` ``piece``
+    bytes at a time, then closes."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(10.0)
+    client = Client(("127.0.0.1", 1))
+    client.sock = ours
+
+    def serve() -> None:
+        with theirs:
+            theirs.recv(1 << 16)  # the command
+            for start in range(0, len(reply), piece):
+                theirs.sendall(reply[start : start + piece])
+
+    server = threading.Thread(target=serve)
+    server.start()
+    return client, server
+
+
+@pytest.mark.parametrize("piece", [1, 3, 1 << 16])
+def test_memcached_gets_read_values_into_the_callers_buffers(piece: int) -> None:
+    body = os.urandom(100_000)
+    reply = b"VALUE a 0 5\r\nhello\r\nVALUE b 0 %d\r\n%s\r\nEND\r\n" % (len(body), body)
+    client, server = _replying_client(reply, piece)
+    head, tail = bytearray(10), bytearray(len(body) - 10)
+    buffers = {"a": [memoryview(bytearray(5))], "b": [memoryview(head), memoryview(tail)]}
+    assert memcached_io.get_into(client, ["a", "missing", "b"], lambda key, n: buffers[key]) == ["a", "b"]
+    server.join()
+    client.close()
+    assert bytes(buffers["a"][0]) == b"hello" and bytes(head + tail) == body
+
+
+def test_memcached_get_cut_off_mid_value_fails_and_drops_the_connection() -> None:
+    client, server = _replying_client(b"VALUE a 0 50\r\n" + b"x" * 20, 7)
+    with pytest.raises(MemcacheUnexpectedCloseError):
+        memcached_io.get_into(client, ["a"], lambda key, n: [memoryview(bytearray(n))])
+    server.join()
+    assert client.sock is None  # never reused with a reply half read
 
 
 def test_memcached_value_over_the_servers_limit_is_refused(memcached_port: int, prefix: str) -> None:
