@@ -15,6 +15,7 @@ import pytest
 
 from analytic_model.collectives import grid_requests, packs_pieces, pattern_requests
 from lambdaml import codec, keys, seal
+from lambdaml.buffers import Value, joined
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.errors import LambdaMLError
@@ -204,12 +205,12 @@ def _tamper_with_rank_1s_packed_value(channel: Channel, tamper: Callable[[bytes]
     """Where rank 1 writes its packed pieces of round 1, the store gets ``tamper`` of them."""
     put_many = channel.put_many
 
-    def tampering(items: Sequence[tuple[str, bytes]]) -> list[str]:
-        out = []
+    def tampering(items: Sequence[tuple[str, Value]]) -> list[str]:
+        out: list[tuple[str, Value]] = []
         for key, data in items:
             parsed = keys.parse_comm_key(key)
             if parsed.tag == "sr" and parsed.rank == 1 and parsed.chunk is None and parsed.round == 1:
-                data = tamper(bytes(data))
+                data = tamper(joined(data))
             out.append((key, data))
         return put_many(out)
 

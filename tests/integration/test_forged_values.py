@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lambdaml import codec, keys
+from lambdaml.buffers import Value, joined
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
 from lambdaml.runtime import lambda_handlers
@@ -81,15 +82,15 @@ def run_with_forgery(job: JobSpec, forge: Forgery) -> str:
         put_many = channel.put_many
         sent: dict[int, bytes] = {}
 
-        def forging_put_many(items: Sequence[tuple[str, bytes]]) -> list[str]:
-            out = []
+        def forging_put_many(items: Sequence[tuple[str, Value]]) -> list[str]:
+            out: list[tuple[str, Value]] = []
             for key, data in items:
                 try:
                     parsed = keys.parse_comm_key(key)
                 except ValueError:
                     parsed = None
                 if parsed is not None and parsed.tag == "ar" and parsed.rank == 1:
-                    sent[parsed.round] = bytes(data)
+                    sent[parsed.round] = joined(data)
                     if parsed.round == VICTIM_ROUND:
                         data = forge(sent, key)
                 out.append((key, data))
