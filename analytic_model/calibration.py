@@ -28,6 +28,11 @@ class CallFigures:
     bandwidth_get_Bps: float
     cpu_share_put: float
     cpu_share_get: float
+    # Values whose buffers malloc maps afresh (``ChannelPerf.bytes_s``): measured once, not in every view.
+    big_value_bytes: float | None = None
+    big_from_bytes: float | None = None
+    bandwidth_put_big_Bps: float | None = None
+    bandwidth_get_big_Bps: float | None = None
 
 
 @dataclass(frozen=True)

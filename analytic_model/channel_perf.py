@@ -55,6 +55,13 @@ class ChannelPerf:
     cpu_share_put: float = 0.0  # share of a put's time that is the worker's own CPU (client code, copies)
     cpu_share_get: float = 0.0
     shared_cores: float | None = field(default=None, metadata=INTERNAL)  # cores all workers share: faas.shared_cores
+    # Values over ``big_from_bytes`` (a worker's malloc maps each such buffer afresh, and faults
+    # its pages in, where it reuses smaller ones) move at the rates measured on a ``big_value_bytes``
+    # value (None: as the others).
+    big_value_bytes: float | None = None
+    big_from_bytes: float | None = None
+    bandwidth_put_big_Bps: float | None = None
+    bandwidth_get_big_Bps: float | None = None
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))
@@ -64,6 +71,13 @@ class ChannelPerf:
 
     def bandwidth(self, op: str) -> float:
         return float(getattr(self, f"bandwidth_{op}_Bps"))
+
+    def bytes_s(self, op: str, size: float) -> float:
+        """Seconds one worker's call spends on the bytes of one value of ``size`` bytes."""
+        big = getattr(self, f"bandwidth_{op}_big_Bps")
+        if big is not None and self.big_from_bytes is not None and size > self.big_from_bytes:
+            return size / float(big)
+        return size / self.bandwidth(op)
 
     def server_request(self, op: str, clients: int = 2) -> float:
         """The store's time per request (``put``, ``get``, ``delete``) while ``clients`` workers use it

@@ -50,6 +50,7 @@ from lambdaml.comm.grid import grid_shape
 from lambdaml.comm.patterns import chunk_bounds
 from lambdaml.config import ChannelSpec
 from lambdaml.local import services
+from lambdaml.runtime.heap import keep_freed_buffers
 
 log = logging.getLogger("bench.collectives")
 
@@ -309,6 +310,7 @@ def measure(
 
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
     """One worker process: builds its own clients, then runs the measurements the parent sends."""
+    keep_freed_buffers()  # as a job's worker does: its heap keeps freed buffers up to malloc's mmap threshold
     channels: dict[str, Channel] = {}
     raws: dict[str, RawClient] = {}
     try:

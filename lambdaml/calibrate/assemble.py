@@ -20,7 +20,7 @@ from analytic_model.calibration import (
 )
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.profile import Host, MeasuredCompute, aws_profile
-from lambdaml.calibrate.channels import measure_channel, measure_cleanup, measure_store, sizes
+from lambdaml.calibrate.channels import measure_big_values, measure_channel, measure_cleanup, measure_store, sizes
 from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_compute
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
@@ -38,7 +38,13 @@ OPS = ("put", "get")
 
 def _median(views: Sequence[CallFigures]) -> CallFigures:
     """Each figure's median over one worker's views."""
-    return CallFigures(**{f.name: statistics.median(getattr(v, f.name) for v in views) for f in fields(CallFigures)})
+    return CallFigures(
+        **{
+            f.name: statistics.median(getattr(v, f.name) for v in views)
+            for f in fields(CallFigures)
+            if getattr(views[0], f.name) is not None
+        }
+    )
 
 
 def _crowded(pair: StoreFigures, crowd: StoreFigures, processes: int) -> tuple[float, StoreFigures]:
@@ -89,6 +95,8 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
             growth, store = _crowded(store, crowd, effort.processes)
         single.append(measure_channel(channel, effort))
         calls = _median(single)
+        say(f"channel {spec.kind}: a big value")
+        calls = replace(calls, **measure_big_values(channel, effort, calls))
         store = _unshared(store, calls)
         # The store's time for a batch delete: what it takes beyond a put's client and network
         # part (moto parses and applies a DeleteObjects far slower than a PUT).

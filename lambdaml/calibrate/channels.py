@@ -14,7 +14,7 @@ from lambdaml import codec, keys
 from lambdaml.calibrate.probing import PROBE_TIMEOUT_S, SMALL_FLOATS, Effort, run_together, value
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec
-from lambdaml.runtime.heap import keep_freed_buffers
+from lambdaml.runtime.heap import MMAP_THRESHOLD, keep_freed_buffers
 
 BATCH = 8  # values per put_many / get_many when measuring the extra cost of each
 _SATURATION_KEYS = 8  # keys per load process, written in turn
@@ -98,6 +98,42 @@ def measure_channel(channel: Channel, effort: Effort) -> CallFigures:
         cpu_share_put=min(cpu["put"] / wall["put"], 1.0),
         cpu_share_get=min(cpu["get"] / wall["get"], 1.0),
     )
+
+
+def measure_big_values(channel: Channel, effort: Effort, calls: CallFigures) -> dict[str, float]:
+    """The rates one worker moves the bytes of a value over malloc's mmap threshold at (its put
+    and get through the worker's code, chunked where the channel chunks): ``CallFigures``'
+    big-value fields.
+
+    A worker reuses freed buffers up to that threshold (``keep_freed_buffers``), but every
+    larger buffer is mapped afresh and faults its pages in, each round: on Redis a 40 MB get
+    moved a third as many bytes a second as an 8 MB one."""
+    job = f"calibrate-big-{secrets.token_hex(3)}"
+    one = value(effort.big_bytes // 8)
+    data = codec.encode(one)
+    counter = iter(range(10**9))
+    times: dict[str, list[float]] = {"put": [], "get": []}
+    try:
+        for _ in range(effort.big_repeats):
+            key = keys.comm_key(job, next(counter), "big", rank=0)
+            started = time.perf_counter()
+            channel.put(key, data)
+            times["put"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            codec.decode(channel.get(key), dtype=one.dtype, shape=one.shape)
+            times["get"].append(time.perf_counter() - started)
+            channel.delete_stored([key])
+    finally:
+        channel.clear(keys.comm_prefix(job))
+    limit = channel.max_item_bytes
+    items = 1 if not limit or len(data) <= limit else -(-len(data) // limit) + 1  # its parts and manifest
+    figures = {"big_value_bytes": float(len(data)), "big_from_bytes": float(MMAP_THRESHOLD)}
+    for op in ("put", "get"):
+        latency, extra = getattr(calls, f"latency_{op}_s"), getattr(calls, f"extra_{op}_s")
+        requests_s = latency * (2 if items > 1 else 1) + (items - 1) * extra  # as ``transfers.call_s`` has them
+        bytes_s = max(statistics.median(times[op]) - requests_s, 1e-9)
+        figures[f"bandwidth_{op}_big_Bps"] = len(data) / bytes_s
+    return figures
 
 
 def _saturate(

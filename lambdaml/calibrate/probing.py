@@ -30,10 +30,15 @@ class Effort:
     large_bytes: int = 2_000_000
     processes: int = 4
     rounds_s: float = 0.5  # at least this long in the small-value exchange probes (their rounds take ~1 ms)
+    big_bytes: int = 48_000_000  # a value over malloc's mmap threshold (32 MiB; a 10^7-float vector is 40 MB)
+    big_repeats: int = 5
 
     @classmethod
     def quick(cls) -> Effort:
-        return cls(repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2, rounds_s=0.1)
+        return cls(
+            repeats=5, saturation_s=0.3, large_bytes=1_000_000, processes=2, rounds_s=0.1, big_bytes=40_000_000,
+            big_repeats=3,
+        )  # fmt: skip
 
 
 def cores() -> int:

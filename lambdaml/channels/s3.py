@@ -90,7 +90,11 @@ class S3Channel(Channel):
             body: bytes = response["Body"].read()
         except ClientError as exc:
             if error_code(exc) == "InvalidRange" or status_code(exc) == 416:  # starts at or past the end
-                raise ChannelError(f"s3: range {start}:{stop} of {key} starts past the end of the object") from exc
+                # Retried, then it stands: moto can size a fresh object at 0 bytes while its PUT
+                # computes the ETag on another thread; S3 answers a wrong range the same each time.
+                raise TransientChannelError(
+                    f"s3: range {start}:{stop} of {key} starts past the end of the object"
+                ) from exc
             raise self._error(exc, what, key) from exc
         except (BotoCoreError, ConnectionError) as exc:
             raise self._error(exc, what, key) from exc

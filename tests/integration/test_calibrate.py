@@ -38,6 +38,11 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     # slower (5 is where the solve stops; a machine loaded by other work gets there).
     assert 1.0 <= redis.bytes_slowdown <= 5.0 and redis.sr_bytes_slowdown is not None
     assert 1.0 <= redis.sr_bytes_slowdown <= 5.0
+    # A value over malloc's mmap threshold was timed: its bytes' rates, and where they start.
+    assert redis.big_from_bytes == 32 * 2**20 and redis.big_value_bytes is not None
+    assert redis.big_value_bytes > redis.big_from_bytes
+    assert redis.bandwidth_get_big_Bps is not None and redis.bandwidth_get_big_Bps > 1e6
+    assert redis.bandwidth_put_big_Bps is not None and redis.bandwidth_put_big_Bps > 1e6
     lr = profile.measured["lr:29:dense"]
     assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
     assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6

@@ -238,6 +238,21 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     assert sr_slowed.seconds == pytest.approx(4 * 0.01 + 1.5 * (3 + 3 + 1 + 3) * 1e6 / 1e8, rel=1e-3)
 
 
+def test_values_over_mallocs_mmap_threshold_move_at_the_big_value_rates() -> None:
+    plain = _channel()
+    big = _channel(
+        big_from_bytes=32 * 2**20, big_value_bytes=48e6, bandwidth_put_big_Bps=5e7, bandwidth_get_big_Bps=2.5e7
+    )
+    # Up to the threshold a value moves as fitted; over it, every byte at the big value's rate.
+    assert big.bytes_s("get", 8e6) == plain.bytes_s("get", 8e6) == 8e6 / 1e8
+    assert big.bytes_s("get", 40e6) == 40e6 / 2.5e7 and big.bytes_s("put", 40e6) == 40e6 / 5e7
+    polling = Polling(0.0005, 1.5, 0.025)
+    # AllReduce of a 40 MB vector moves its bytes at the big rates; ScatterReduce's 10 MB pieces do not.
+    ar, ar_plain = (collective(c, "allreduce", 4, 40e6, 1e12, polling, 0).seconds for c in (big, plain))
+    sr, sr_plain = (collective(c, "scatter_reduce", 4, 40e6, 1e12, polling, 0).seconds for c in (big, plain))
+    assert ar > 2 * ar_plain and sr == sr_plain
+
+
 def test_chunked_values_cost_their_parts() -> None:
     polling = Polling(0.0005, 1.5, 0.025)
     whole = collective(_channel(), "allreduce", 2, 3.5e6, 1e12, polling, 0)
