@@ -57,6 +57,8 @@ class ExchangeFigures:
     sr_wait_per_worker_s: float
     bytes_slowdown: float
     sr_bytes_slowdown: float
+    ring_wait_s: float | None = None  # the ring methods' neighbour exchange (profiles before it lack them)
+    ring_wait_per_worker_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ class ChannelPerf:
     wait_per_worker_s: float = 0.0  # ... and per further worker (stragglers, polling, scheduling)
     sr_wait_s: float | None = None  # ScatterReduce's own figures, where calibrated (None: as above)
     sr_wait_per_worker_s: float | None = None
+    ring_wait_s: float | None = None  # the ring methods' neighbour exchange, where calibrated (None: as above)
+    ring_wait_per_worker_s: float | None = None
     crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
     # A pattern's bytes in real rounds over one worker's transfers crowded as above: on a shared
     # machine a rank moves them while the others poll and compute on the same cores and caches.
@@ -109,6 +111,8 @@ class ChannelPerf:
         base, per_worker = self.wait_s, self.wait_per_worker_s
         if pattern in _SR_FIGURES and self.sr_wait_s is not None:
             base, per_worker = self.sr_wait_s, self.sr_wait_per_worker_s or 0.0
+        elif pattern == "ring" and self.ring_wait_s is not None:
+            base, per_worker = self.ring_wait_s, self.ring_wait_per_worker_s or 0.0
         return base + max(workers - 2, 0) * per_worker
 
     def slowdown(self, pattern: str) -> float:

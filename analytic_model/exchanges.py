@@ -192,7 +192,7 @@ def ring_exchange(channel: ChannelPerf, w: int, message: float, polling: Polling
     put = phase_s(channel, "put", w, 1, message, slowdown)
     get = phase_s(channel, "get", w, k, message, slowdown)
     # A rank waits for the slower of its neighbours; each of them waited for theirs.
-    straggle = channel.straggle(min(w, 3))
+    straggle = channel.straggle(min(w, 3), "ring")
     late, misses = polling.wait(straggle, poll_of(channel, k, w - 1))
     late = max(late, straggle)
     chain = put + late + get + cpu_s

@@ -22,6 +22,7 @@ import numpy as np
 from analytic_model.calibration import ExchangeFigures
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.collectives import CALIBRATED_PATTERNS, RoundCost, collective
+from analytic_model.exchanges import ring_exchange
 from analytic_model.profile import aws_profile
 from analytic_model.transfers import Polling, store_s
 from lambdaml import codec, keys
@@ -37,12 +38,13 @@ from lambdaml.calibrate.probing import (
 from lambdaml.channels import open_channel
 from lambdaml.config import ChannelSpec
 from lambdaml.runtime.heap import keep_freed_buffers
-from lambdaml.seal import new_secret
+from lambdaml.seal import OVERHEAD, new_secret
 
 log = logging.getLogger(__name__)
 
 _MAX_SLOWDOWN = 5.0  # bytes slower than this in real rounds would be a broken measurement
 _MAX_PROBE_ROUNDS = 2000
+RING = "ring"  # the probes' name for the ring methods' neighbour exchange (``lambdaml.comm.ring``)
 
 
 def _probe_step(floats: int) -> Callable[[], None]:
@@ -83,13 +85,16 @@ def _rounds(
     the patterns amounts to). Reports the rounds' ends and, with a pattern, how much longer the
     step took between collectives than back to back."""
     from lambdaml.comm.channel import ChannelCommunicator
+    from lambdaml.comm.ring import RingExchange
 
     try:
         keep_freed_buffers()  # as a worker's process does: rounds of large values churn no pages
         channel = open_channel(ChannelSpec(**spec_data))
+        collective = "allreduce" if pattern in (None, RING) else pattern
         comm = ChannelCommunicator(
-            channel, job, rank, world, pattern=pattern or "allreduce", timeout_s=PROBE_TIMEOUT_S, secret=secret
+            channel, job, rank, world, pattern=collective, timeout_s=PROBE_TIMEOUT_S, secret=secret
         )
+        ring = RingExchange(comm) if pattern == RING else None
         vector = value(floats, seed=rank)
         step = _probe_step(floats)
         alone = median_time(step, 30) if pattern else 0.0
@@ -100,7 +105,10 @@ def _rounds(
                 started = time.perf_counter()
                 step()
                 steps.append(time.perf_counter() - started)
-                comm.allreduce(vector)
+                if ring is not None:
+                    ring.exchange({"x": vector})
+                else:
+                    comm.allreduce(vector)
             else:
                 channel.put(keys.comm_key(job, round_, "x", rank=rank), codec.encode(vector))
                 others = [keys.comm_key(job, round_, "x", rank=r) for r in range(world) if r != rank]
@@ -160,8 +168,8 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     """What W workers that exchange values lose beyond one worker's transfers (``perf``: the
     channel as measured so far), measured with W processes.
 
-    With small values, W processes run the real AllReduce, then the real ScatterReduce, round
-    after round: each pattern's wait loss (polling, stragglers and, on a shared machine,
+    With small values, W processes run the real AllReduce, then the real ScatterReduce, then
+    the ring methods' neighbour exchange, round after round: each one's wait loss (polling, stragglers and, on a shared machine,
     scheduling; on a store that serves one request at a time, how the workers' requests
     interleave) is the figure that makes the model's round equal the measured one, at 2 and
     at ``effort.processes`` workers. With
@@ -176,6 +184,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     and measure rounds twice as long as a job's.
     """
     polling = Polling.of(aws_profile())  # the poll schedule is code, not measured
+    message = len(codec.encode_bundle({"x": value(SMALL_FLOATS)})) + OVERHEAD  # a ring message, sealed
     header = len(codec.encode(value(0)))
     small, large = (len(codec.encode(value(n))) for n in (SMALL_FLOATS, large_floats))
     rounds = max(20, 4 * effort.repeats)  # spawning the processes costs more than the rounds
@@ -200,6 +209,20 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
                 "%s %s W=%d, small values: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
                 spec.kind, pattern, world, measured * 1e3, modelled(0.0) * 1e3, losses[pattern, world] * 1e3,
             )  # fmt: skip
+
+        # The ring methods' exchange: each rank puts its message and waits for its neighbours'.
+        def ring_modelled(loss: float, world: int = world) -> float:
+            with_loss = dataclasses.replace(perf, ring_wait_s=loss, ring_wait_per_worker_s=0.0)
+            return ring_exchange(with_loss, world, message, polling).seconds
+
+        enough = min(_MAX_PROBE_ROUNDS, max(rounds, math.ceil(effort.rounds_s / max(ring_modelled(0.0), 1e-4))))
+        probe = _mean_round(spec, world, SMALL_FLOATS, enough, pattern=RING)
+        measured = probe.round_s - probe.step_s
+        losses[RING, world] = _solve_increasing(ring_modelled, measured, high=max(measured, 1e-6))
+        log.debug(
+            "%s ring W=%d: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
+            spec.kind, world, measured * 1e3, ring_modelled(0.0) * 1e3, losses[RING, world] * 1e3,
+        )  # fmt: skip
         large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None).round_s
         small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None).round_s
         extra = large - small
@@ -220,9 +243,11 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     )
     # A step right after a wait runs on cold caches (and a core that may be asleep).
     figures: dict[str, Any] = {"crowding": max(fit, 0.0), "step_wake_s": statistics.fmean(wakes)}
-    for pattern in CALIBRATED_PATTERNS:
+    for pattern in (*CALIBRATED_PATTERNS, RING):
         top = losses[pattern, worlds[-1]]
-        per_worker = (top - losses[pattern, 2]) / (worlds[-1] - 2) if len(worlds) > 1 else 0.0
+        # A ring rank waits on at most 2 neighbours: the model grows its loss up to 3 workers.
+        further = (min(worlds[-1], 3) if pattern == RING else worlds[-1]) - 2
+        per_worker = (top - losses[pattern, 2]) / further if further > 0 else 0.0
         figures.update(_pattern_fields(pattern, wait_s=losses[pattern, 2], wait_per_worker_s=max(per_worker, 0.0)))
     # Each pattern with large values, round after round: what its bytes take in real rounds
     # beyond the figures so far (the ranks move them while the others poll and compute).
@@ -254,6 +279,6 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
 
 
 def _pattern_fields(pattern: str, **figures: float) -> dict[str, Any]:
-    """The profile's names of ``pattern``'s own figures (ScatterReduce's carry an ``sr_`` prefix)."""
-    prefix = "sr_" if pattern == "scatter_reduce" else ""
+    """The profile's names of ``pattern``'s own figures (ScatterReduce's carry ``sr_``, the ring's ``ring_``)."""
+    prefix = {"scatter_reduce": "sr_", RING: "ring_"}.get(pattern, "")
     return {f"{prefix}{name}": figure for name, figure in figures.items()}

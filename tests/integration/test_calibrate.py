@@ -38,6 +38,9 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     # slower (5 is where the solve stops; a machine loaded by other work gets there).
     assert 1.0 <= redis.bytes_slowdown <= 5.0 and redis.sr_bytes_slowdown is not None
     assert 1.0 <= redis.sr_bytes_slowdown <= 5.0
+    # The ring methods' neighbour exchange was run too: its own wait loss, at 2 workers and beyond.
+    assert redis.ring_wait_s is not None and 0 <= redis.ring_wait_s < 1.0
+    assert redis.ring_wait_per_worker_s is not None and redis.ring_wait_per_worker_s >= 0
     # A value over malloc's mmap threshold was timed: its bytes' rates, and where they start.
     assert redis.big_from_bytes == 32 * 2**20 and redis.big_value_bytes is not None
     assert redis.big_value_bytes > redis.big_from_bytes

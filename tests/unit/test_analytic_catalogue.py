@@ -222,6 +222,22 @@ def test_ring_requests_per_worker_do_not_grow_with_w() -> None:
     assert ga.requests["puts"] / 100 > 50 * ring[100]
 
 
+def test_the_ring_waits_by_its_own_calibrated_figures_where_a_profile_has_them() -> None:
+    from dataclasses import replace
+
+    polling = Polling.of(aws_profile())
+    redis = aws_profile().channel("redis")
+    message = Compression("onebit").value_bytes(28, 8)
+    ring = replace(redis, ring_wait_s=0.004, ring_wait_per_worker_s=0.002)
+    assert ring.straggle(2, "ring") == 0.004 and ring.straggle(3, "ring") == 0.006
+    assert ring.straggle(2) == redis.straggle(2)  # the collectives keep theirs
+    for w in (2, 4, 10):
+        calibrated, uncalibrated = (ring_exchange(c, w, message, polling) for c in (ring, redis))
+        # A rank waits on at most two neighbours: from W = 3 on, the loss stops growing.
+        assert calibrated.phases["late_neighbours"] >= (0.004 if w == 2 else 0.006)
+        assert calibrated.seconds > uncalibrated.seconds
+
+
 def test_asp_has_no_barrier_and_records_the_staleness_of_its_merges() -> None:
     profile = aws_profile()
     asp = workload("ga_sgd", protocol="asp")
