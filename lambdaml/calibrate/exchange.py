@@ -169,10 +169,10 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     channel as measured so far), measured with W processes.
 
     With small values, W processes run the real AllReduce, then the real ScatterReduce, then
-    the ring methods' neighbour exchange, round after round: each one's wait loss (polling, stragglers and, on a shared machine,
-    scheduling; on a store that serves one request at a time, how the workers' requests
-    interleave) is the figure that makes the model's round equal the measured one, at 2 and
-    at ``effort.processes`` workers. With
+    the ring methods' neighbour exchange, round after round: each one's wait loss (polling,
+    stragglers and, on a shared machine, scheduling; on a store that serves one request at a
+    time, how the workers' requests interleave) is the figure that makes the model's round
+    equal the measured one, at 2 and at ``effort.processes`` workers. With
     large values, each process puts one value and reads the others' (what every phase of
     the patterns amounts to): what the bytes cost beyond one worker's transfers is crowding,
     workers that move bytes at once slowing each other down. Last, where the workers' bytes
