@@ -10,7 +10,6 @@ value and its column pieces as another: 4 PUTs a round instead of r + c.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +21,8 @@ from lambdaml.comm.patterns import (
     ScatterReduce,
     chunk_bounds,
     owner_sum,
-    packed_pieces,
+    receive_pieces,
+    send_pieces,
 )
 from lambdaml.comm.rounds import Round
 from lambdaml.errors import ConfigError
@@ -82,7 +82,11 @@ class ScatterReduce2D(Pattern):
         seg_lo, seg_hi = segment(col)
 
         # 1. Rows: my piece of each other segment to its column's rank in my row; sum mine over the row.
-        raw = _swap(round_, codec, self.row_tag, row_peers, lambda peer: flat[slice(*segment(peer // r))])
+        def row_piece(peer: int) -> Array:
+            return flat[slice(*segment(peer // r))]
+
+        send_pieces(round_, codec, self.row_tag, row_peers, row_piece)
+        raw = receive_pieces(round_, codec, self.row_tag, row_peers, row_piece)
         mine = flat[seg_lo:seg_hi]
         row_sum = owner_sum(codec, me, mine, mine, row_peers, raw, f"row piece in round {number}")
 
@@ -90,7 +94,11 @@ class ScatterReduce2D(Pattern):
         def part(k: int) -> slice:
             return slice(bounds[k][0] - seg_lo, bounds[k][1] - seg_lo)
 
-        raw = _swap(round_, codec, self.column_tag, col_peers, lambda peer: row_sum[part(peer)])
+        def column_piece(peer: int) -> Array:
+            return row_sum[part(peer)]
+
+        send_pieces(round_, codec, self.column_tag, col_peers, column_piece)
+        raw = receive_pieces(round_, codec, self.column_tag, col_peers, column_piece)
         own = row_sum[part(me)]
         # Safe: the only ranks that read what I wrote in the previous round are my row and my
         # column, and I now hold this round's pieces from all of them, which each wrote only
@@ -120,26 +128,3 @@ class ScatterReduce2D(Pattern):
                 lo, hi = segment(b)
                 out[lo:hi] = codec.decode_merged(peer, got[keys[peer]], out[lo:hi], f"segment {b} of round {number}")
         return out.reshape(x.shape)
-
-
-def _swap(
-    round_: Round, codec: ChunkCodec, tag: str, peers: Sequence[int], values: Callable[[int], Array]
-) -> dict[int, memoryview]:
-    """Send every other peer its piece (``values(peer)``, encoded as that peer's chunk) and
-    receive each other peer's piece for me, by peer.
-
-    Packed where the round packs (``packed_pieces`` finds mine in each sender's value).
-    """
-    me = round_.rank
-    sent = [
-        (round_.key(tag, rank=me, chunk=peer), codec.encode_piece(peer, values(peer))) for peer in peers if peer != me
-    ]
-    keys = {peer: round_.key(tag, rank=peer, chunk=me) for peer in peers if peer != me}
-    if not round_.packs:
-        round_.put_many(sent)
-        got = round_.wait_for(list(keys.values()))
-        return {peer: got[key] for peer, key in keys.items()}
-    round_.put_packed(round_.key(tag, rank=me), sent)
-    lengths = {peer: codec.piece_bytes(peer, values(peer)) for peer in peers}
-    got = round_.wait_for_packed(packed_pieces(round_, tag, peers, lengths, keys))
-    return {peer: got[key] for peer, key in keys.items()}

@@ -10,7 +10,7 @@ they return bit-identical sums: to each other and to the left fold ``x0 + x1 + .
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -144,6 +144,36 @@ class PlainCodec:
 PLAIN = PlainCodec()
 
 
+def send_pieces(
+    round_: Round, codec: ChunkCodec, tag: str, peers: Sequence[int], values: Callable[[int], Array]
+) -> None:
+    """My piece for every other one of ``peers`` (``values(peer)``, encoded as that peer's chunk),
+    all at once: one packed value where the round packs, else a value each."""
+    me = round_.rank
+    sent = [(round_.key(tag, rank=me, chunk=p), codec.encode_piece(p, values(p))) for p in peers if p != me]
+    if round_.packs:
+        round_.put_packed(round_.key(tag, rank=me), sent)
+    else:
+        round_.put_many(sent)
+
+
+def receive_pieces(
+    round_: Round, codec: ChunkCodec, tag: str, peers: Sequence[int], values: Callable[[int], Array]
+) -> dict[int, memoryview]:
+    """Every other peer's piece for me (its ``send_pieces``), by peer, once all are there.
+
+    ``values`` is the senders' own: where the round packs, the pieces' lengths find mine in
+    each packed value (``packed_pieces``)."""
+    me = round_.rank
+    keys = {p: round_.key(tag, rank=p, chunk=me) for p in peers if p != me}
+    if round_.packs:
+        lengths = {p: codec.piece_bytes(p, values(p)) for p in peers}
+        got = round_.wait_for_packed(packed_pieces(round_, tag, peers, lengths, keys))
+    else:
+        got = round_.wait_for(list(keys.values()))
+    return {p: got[key] for p, key in keys.items()}
+
+
 class Pattern(ABC):
     """A strategy for allreduce over a channel (registered by name in ``lambdaml.comm.PATTERNS``)."""
 
@@ -217,27 +247,17 @@ class ScatterReduce(Pattern):
         flat = np.ascontiguousarray(x).reshape(-1)
         bounds = chunk_bounds(flat.size, world)
 
+        def piece(j: int) -> Array:
+            return flat[bounds[j][0] : bounds[j][1]]
+
         # 1. Scatter: my piece of every chunk I do not own goes to its owner, all at once.
-        sent = [
-            (round_.key(self.tag, rank=rank, chunk=j), codec.encode_piece(j, flat[lo:hi]))
-            for j, (lo, hi) in enumerate(bounds)
-            if j != rank
-        ]
-        if round_.packs:
-            round_.put_packed(round_.key(self.tag, rank=rank), sent)
-        else:
-            round_.put_many(sent)
+        send_pieces(round_, codec, self.tag, range(world), piece)
 
         # 2. Reduce my chunk: the W-1 other pieces, added in rank order around my own.
         lo, hi = bounds[rank]
         mine = flat[lo:hi]
-        own = codec.own_piece(rank, mine)
-        piece_keys = {r: round_.key(self.tag, rank=r, chunk=rank) for r in range(world) if r != rank}
-        if round_.packs:
-            lengths = {j: codec.piece_bytes(j, flat[start:stop]) for j, (start, stop) in enumerate(bounds)}
-            pieces = round_.wait_for_packed(packed_pieces(round_, self.tag, range(world), lengths, piece_keys))
-        else:
-            pieces = round_.wait_for(list(piece_keys.values()))
+        own = codec.own_piece(rank, mine)  # before the pieces' lengths: a compressing codec counts its own here
+        raw = receive_pieces(round_, codec, self.tag, range(world), piece)
         # Safe: rank r writes its pieces of this round only after its call for the previous
         # round returned, i.e. after it wrote every key it writes there (pieces, merged chunk)
         # and read every value it reads there (its chunk's pieces, all merged chunks).
@@ -245,7 +265,6 @@ class ScatterReduce(Pattern):
         # itself, this rank knows nobody touches that round again, and deletes what it wrote
         # there: the channel keeps the last two rounds (three while a delete runs).
         round_.retire()
-        raw = {r: pieces[key] for r, key in piece_keys.items()}
         what = f"piece of chunk {rank} in round {number}"
         data, total = codec.encode_merged(rank, owner_sum(codec, rank, own, mine, range(world), raw, what))
         round_.put(round_.key(self.tag, rank=None, chunk=rank), data)
