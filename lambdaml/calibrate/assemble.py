@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from analytic_model.calibration import (
     Calibration,
@@ -95,20 +96,21 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
             growth, store = _crowded(store, crowd, effort.processes)
         single.append(measure_channel(channel, effort))
         calls = _median(single)
-        say(f"channel {spec.kind}: a big value")
-        calls = replace(calls, **measure_big_values(channel, effort, calls))
         store = _unshared(store, calls)
         # The store's time for a batch delete: what it takes beyond a put's client and network
         # part (moto parses and applies a DeleteObjects far slower than a PUT).
         server_put = store.server_put_s or 0.0
         server_delete_s = max(cleanup_wall_s - (calls.latency_put_s - server_put), server_put)
         max_item_bytes = channel.max_item_bytes
-    shipped = aws_profile().channel(spec.kind)  # the channel's batching is code, not measured
-    perf = ChannelPerf(
-        spec.kind, **asdict(calls), **asdict(store), server_delete_s=server_delete_s, max_item_bytes=max_item_bytes,
-        get_batch=shipped.get_batch, put_batch=shipped.put_batch, cleanup_cpu_s=cleanup_cpu_s,
-        shared_cores=cores(), **({} if growth is None else {"server_growth": growth}),
-    )  # fmt: skip
+        shipped = aws_profile().channel(spec.kind)  # the channel's batching is code, not measured
+        perf = ChannelPerf(
+            spec.kind, **asdict(calls), **asdict(store), server_delete_s=server_delete_s, max_item_bytes=max_item_bytes,
+            get_batch=shipped.get_batch, put_batch=shipped.put_batch, cleanup_cpu_s=cleanup_cpu_s,
+            shared_cores=cores(), **({} if growth is None else {"server_growth": growth}),
+        )  # fmt: skip
+        say(f"channel {spec.kind}: a big value")
+        big: dict[str, Any] = measure_big_values(channel, effort, perf)  # Any: for replace() on ChannelPerf
+    calls, perf = replace(calls, **big), replace(perf, **big)
     say(f"channel {spec.kind}: workers exchanging values")
     exchange = measure_exchange(spec, perf, effort, large_floats)
     return ChannelCalibration(calls, store, exchange, server_delete_s, cleanup_cpu_s, max_item_bytes, growth)

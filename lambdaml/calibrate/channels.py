@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from analytic_model.calibration import CallFigures, StoreFigures
+from analytic_model.channel_perf import ChannelPerf
+from analytic_model.transfers import call_s
 from lambdaml import codec, keys
 from lambdaml.calibrate.probing import PROBE_TIMEOUT_S, SMALL_FLOATS, Effort, run_together, value
 from lambdaml.channels import Channel, open_channel
@@ -100,10 +102,10 @@ def measure_channel(channel: Channel, effort: Effort) -> CallFigures:
     )
 
 
-def measure_big_values(channel: Channel, effort: Effort, calls: CallFigures) -> dict[str, float]:
+def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> dict[str, float]:
     """The rates one worker moves the bytes of a value over malloc's mmap threshold at (its put
-    and get through the worker's code, chunked where the channel chunks): ``CallFigures``'
-    big-value fields.
+    and get through the worker's code, chunked where the channel chunks; ``perf``: the channel
+    as measured so far): ``CallFigures``' big-value fields.
 
     A worker reuses freed buffers up to that threshold (``keep_freed_buffers``), but every
     larger buffer is mapped afresh and faults its pages in, each round: on Redis a 40 MB get
@@ -125,12 +127,10 @@ def measure_big_values(channel: Channel, effort: Effort, calls: CallFigures) -> 
             channel.delete_stored([key])
     finally:
         channel.clear(keys.comm_prefix(job))
-    limit = channel.max_item_bytes
-    items = 1 if not limit or len(data) <= limit else -(-len(data) // limit) + 1  # its parts and manifest
     figures = {"big_value_bytes": float(len(data)), "big_from_bytes": float(MMAP_THRESHOLD)}
     for op in ("put", "get"):
-        latency, extra = getattr(calls, f"latency_{op}_s"), getattr(calls, f"extra_{op}_s")
-        requests_s = latency * (2 if items > 1 else 1) + (items - 1) * extra  # as ``transfers.call_s`` has them
+        # The call's requests (its parts and manifest where chunked) as the model times them; the rest is bytes.
+        requests_s = call_s(perf, op, 1, len(data)) - perf.bytes_s(op, len(data))
         bytes_s = max(statistics.median(times[op]) - requests_s, 1e-9)
         figures[f"bandwidth_{op}_big_Bps"] = len(data) / bytes_s
     return figures
