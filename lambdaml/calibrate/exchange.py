@@ -193,36 +193,25 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     wakes: list[float] = []  # what a step between collectives takes beyond the same step's share of a core
     slowdowns: dict[int, float] = {}  # per world: the crowded bytes' time over one worker's
     for world in worlds:
-        for pattern in CALIBRATED_PATTERNS:
+        for pattern in (*CALIBRATED_PATTERNS, RING):
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
                 with_loss = dataclasses.replace(perf, **_pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
+                if pattern == RING:  # each rank puts its message and waits for its neighbours'
+                    return ring_exchange(with_loss, world, message, polling).seconds
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
 
             # Rounds of a millisecond are at the scheduler's mercy: enough of them to last ``rounds_s``.
             enough = min(_MAX_PROBE_ROUNDS, max(rounds, math.ceil(effort.rounds_s / max(modelled(0.0), 1e-4))))
             probe = _mean_round(spec, world, SMALL_FLOATS, enough, pattern=pattern)
-            wakes.append(max(probe.step_s - probe.step_alone_s / min(1.0, cores() / world), 0.0))
+            if pattern != RING:  # the step's wake-up is the collectives' figure
+                wakes.append(max(probe.step_s - probe.step_alone_s / min(1.0, cores() / world), 0.0))
             measured = probe.round_s - probe.step_s
             losses[pattern, world] = _solve_increasing(modelled, measured, high=max(measured, 1e-6))
             log.debug(
                 "%s %s W=%d, small values: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
                 spec.kind, pattern, world, measured * 1e3, modelled(0.0) * 1e3, losses[pattern, world] * 1e3,
             )  # fmt: skip
-
-        # The ring methods' exchange: each rank puts its message and waits for its neighbours'.
-        def ring_modelled(loss: float, world: int = world) -> float:
-            with_loss = dataclasses.replace(perf, ring_wait_s=loss, ring_wait_per_worker_s=0.0)
-            return ring_exchange(with_loss, world, message, polling).seconds
-
-        enough = min(_MAX_PROBE_ROUNDS, max(rounds, math.ceil(effort.rounds_s / max(ring_modelled(0.0), 1e-4))))
-        probe = _mean_round(spec, world, SMALL_FLOATS, enough, pattern=RING)
-        measured = probe.round_s - probe.step_s
-        losses[RING, world] = _solve_increasing(ring_modelled, measured, high=max(measured, 1e-6))
-        log.debug(
-            "%s ring W=%d: round %.2f ms, modelled %.2f ms without waiting: wait loss %.2f ms",
-            spec.kind, world, measured * 1e3, ring_modelled(0.0) * 1e3, losses[RING, world] * 1e3,
-        )  # fmt: skip
         large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None).round_s
         small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None).round_s
         extra = large - small
