@@ -70,4 +70,9 @@ def check_parts(manifest: Manifest, heads: Mapping[str, bytes], data_bytes: int,
         missing = manifest.parts - len(heads)
         raise ChannelError(f"{kind}: value {key!r} is missing {missing} of {manifest.parts} parts")
     if data_bytes != manifest.total or not all(heads[k][:WRITE_ID] == manifest.write_id for k in manifest.part_keys):
-        raise TransientChannelError(f"{kind}: value {key!r} was reassembled wrong (changed while read?)")
+        raise reassembled_wrong(manifest, kind)
+
+
+def reassembled_wrong(manifest: Manifest, kind: str) -> TransientChannelError:
+    """The error of parts that do not make the manifest's value (a write replaced them mid-read)."""
+    return TransientChannelError(f"{kind}: value {manifest.key!r} was reassembled wrong (changed while read?)")

@@ -28,7 +28,7 @@ from lambdaml import credentials
 from lambdaml.buffers import Value, joined, size
 from lambdaml.channels import memcached_io
 from lambdaml.channels.base import Channel
-from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts
+from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts, reassembled_wrong
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -173,6 +173,12 @@ class MemcachedChannel(Channel):
         except (TimeoutError, OSError) as exc:  # refused, reset, unreachable, timed out
             raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
 
+    @property
+    def _connections(self) -> Any:
+        """The pooled client's connections, where the channel built its client (None: a client passed in
+        as it is, used through its own commands): their sockets carry the commands that copy nothing."""
+        return getattr(self.client, "client_pool", None)
+
     def _put(self, key: str, data: bytes) -> None:
         self._write([(key, data)])
 
@@ -196,7 +202,7 @@ class MemcachedChannel(Channel):
         the commands go out with one ``sendmsg`` from the values' own memory instead.
         """
         what = f"set {items[0][0]}" if len(items) == 1 else f"set of {len(items)} keys"
-        pool = getattr(self.client, "client_pool", None)
+        pool = self._connections
         if pool is None:  # a client passed in as it is: its own commands
             if len(items) == 1:
                 key, data = items[0]
@@ -219,7 +225,7 @@ class MemcachedChannel(Channel):
     def _get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         unique = list(dict.fromkeys(keys))
         batches = [unique[i : i + _BATCH] for i in range(0, len(unique), _BATCH)]
-        pool = getattr(self.client, "client_pool", None)
+        pool = self._connections
 
         def fetch(batch: list[str]) -> dict[str, bytes]:
             what = f"get of {len(batch)} keys"
@@ -243,7 +249,7 @@ class MemcachedChannel(Channel):
     def _join_chunked(self, manifests: Sequence[Manifest]) -> dict[str, bytes]:
         """Each value's parts read straight into one buffer of its size, at their offsets: one
         ``get`` of all its parts, in order, on one connection; the values concurrently."""
-        pool = getattr(self.client, "client_pool", None)
+        pool = self._connections
         if pool is None:
             return super()._join_chunked(manifests)
 
@@ -258,7 +264,7 @@ class MemcachedChannel(Channel):
                 i, start = where[key], offset
                 offset += length - WRITE_ID
                 if length < WRITE_ID or offset > manifest.total:
-                    raise TransientChannelError(f"{self.kind}: value {manifest.key!r} was reassembled wrong")
+                    raise reassembled_wrong(manifest, self.kind)
                 return [memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID], memoryview(value)[start:offset]]
 
             found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
