@@ -100,11 +100,20 @@ def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy
     return resident + limits.data_memory_factor * shard_bytes / MB
 
 
-def heartbeats_s(profile: Profile, workers: int, epochs: float) -> float:
-    """Every worker's heartbeats (a record PUT and a cancel-key GET on the data store after each
-    epoch), on the job's critical path: under BSP the next round waits for the slowest rank's."""
+def heartbeats(profile: Profile, epochs: float, epoch_s: float) -> float:
+    """How many times a worker beats in ``epochs`` epochs of ``epoch_s`` each: after an epoch
+    once ``faas.heartbeat_every_s`` has passed since its last beat, and after the first."""
+    every = profile.faas.heartbeat_every_s
+    if every <= 0 or epoch_s >= every:
+        return epochs
+    return max(min(epochs, 1.0), epochs / math.ceil(every / max(epoch_s, 1e-9)))
+
+
+def heartbeats_s(profile: Profile, workers: int, beats: float) -> float:
+    """Every worker's heartbeats (a record PUT and a cancel-key GET on the data store, at once),
+    on the job's critical path: under BSP the next round waits for the slowest rank's."""
     faas = profile.faas
-    return epochs * (faas.heartbeat_s + max(workers - 1, 0) * faas.heartbeat_per_worker_s)
+    return beats * (faas.heartbeat_s + max(workers - 1, 0) * faas.heartbeat_per_worker_s)
 
 
 def predict_faas(
@@ -160,7 +169,8 @@ def predict_faas(
     every = limits.checkpoint_every
     checkpoints = sched.rounds / float(every) if every else 0.0
     checkpoint_s = checkpoints * (latency + state / network)
-    heartbeat_s = heartbeats_s(profile, workers, workload.epochs)
+    beats = heartbeats(profile, workload.epochs, train_s / workload.epochs)
+    heartbeat_s = heartbeats_s(profile, workers, beats)
     worker_s = load_s + train_s + checkpoint_s + heartbeat_s
 
     # Continuations: a worker stops before the deadline, and a fresh invocation reloads its shard and state.
@@ -178,9 +188,9 @@ def predict_faas(
     lam = table["lambda"]
     lambda_dollars = gb_s * gb_second_price(lam, architecture) + (workers * invocations + 1) * lam["request"]
     traffic = comm.requests.scaled(sched.rounds)
-    # Shards, then checkpoints on resume; and a heartbeat (a put and a get) per epoch.
-    storage_gets = workers * (invocations + invocations - 1 + workload.epochs)
-    storage_puts = workers * (checkpoints + invocations - 1 + workload.epochs)
+    # Shards, then checkpoints on resume; and each heartbeat's put and get.
+    storage_gets = workers * (invocations + invocations - 1 + beats)
+    storage_puts = workers * (checkpoints + invocations - 1 + beats)
     s3 = table["s3"]
     storage_dollars = storage_gets * s3["get_like_request"] + storage_puts * s3["put_like_request"]
     channel_dollars = _channel_dollars(channel, traffic, total_s, table, profile, cache_node)
@@ -279,14 +289,13 @@ def predict_iaas(
     read_Bps = min(instance.burst_gbps * 1e9 / 8, ec2.s3_read_Bps)
     load_s = profile.faas.load_latency_s + workload.dataset_bytes / workers / read_Bps
     startup_s = ec2.startup_s
-    heartbeat_s = heartbeats_s(profile, workers, workload.epochs)  # the torchrun ranks beat as Lambda's workers do
+    beats = heartbeats(profile, workload.epochs, sched.rounds * round_s / workload.epochs)
+    heartbeat_s = heartbeats_s(profile, workers, beats)  # the torchrun ranks beat as Lambda's workers do
     total_s = startup_s + load_s + sched.rounds * round_s + heartbeat_s
     billed_s = max(ec2.min_billed_s, total_s - ec2.unbilled_startup_s)
     ec2_dollars = workers * billed_s * hourly / 3600
     s3 = table["s3"]
-    storage_dollars = workers * (
-        s3["get_like_request"] * (1 + workload.epochs) + s3["put_like_request"] * workload.epochs
-    )
+    storage_dollars = workers * (s3["get_like_request"] * (1 + beats) + s3["put_like_request"] * beats)
     return Prediction(
         platform="iaas",
         workers=workers,

@@ -126,9 +126,10 @@ class FaasFigures:
     shared_cores: float | None  # cores all worker processes share (a local target); None: own vCPUs each
     network_Bps: float
     load_latency_s: float
-    # After every epoch a worker records it and reads its job's cancel key on the data store.
+    # After an epoch a worker records it and reads its job's cancel key on the data store, at once.
     heartbeat_s: float
     heartbeat_per_worker_s: float  # ... longer by this per further worker beating at once (a shared local store)
+    heartbeat_every_s: float  # ... but only once this long has passed since its last beat (0: every epoch)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any
 from common import bsp_job
 
 from analytic_model.calibration import Calibration
-from analytic_model.prediction import predict_faas
+from analytic_model.prediction import heartbeats, predict_faas
 from analytic_model.profile import Profile, load_profile, save_profile
 from analytic_model.workload import Workload, schedule
 from lambdaml.calibrate import ComputeProbe, Effort, calibrate, channel_figures, cores
@@ -69,7 +69,8 @@ KINDS = ("s3", "redis", "memcached", "dynamodb")
 PATTERNS = ("allreduce", "scatter_reduce")
 BATCH = 100
 SHARDS = 4  # a multiple of every W measured
-TIMED_ROUNDS = 64  # rounds timed per run at least: a round of a few ms is at the mercy of the scheduler
+TIMED_ROUNDS = 160  # rounds timed per run at least: a round of a few ms is at the mercy of the scheduler,
+# and an epoch in ten carries a checkpoint or a heartbeat that the median epoch should not
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,9 @@ def measure(
 def predict(
     profile: Profile, size: Size, kind: str, workers: int, pattern: str, variant: Variant
 ) -> tuple[float, float, float]:
-    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts:
-    the epoch's rounds and the heartbeats that end it.
+    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts
+    for the median epoch: its rounds, and the workers' heartbeats where every epoch ends with one
+    (a worker beats at most once a second: shorter epochs mostly end without).
 
     1-bit Adam's timed epochs all come after its warm-up: predicted as a run whose warm-up is one step in a million.
     """
@@ -203,8 +205,10 @@ def predict(
         workload = replace(workload, warmup_steps=1, rounds=1e6)
     prediction = predict_faas(workload, workers, kind, pattern, 3008, profile)
     requests = sum(prediction.requests[k] for k in ("puts", "gets", "lists", "deletes"))
-    heartbeat_s = prediction.time["heartbeat_s"] / workload.epochs  # every epoch ends with the workers' heartbeats
-    return prediction.round_s * per_epoch_rounds + heartbeat_s, requests, per_epoch_rounds
+    rounds_s = prediction.round_s * per_epoch_rounds
+    every_epoch_beats = heartbeats(profile, workload.epochs, rounds_s) >= workload.epochs
+    heartbeat_s = prediction.time["heartbeat_s"] / workload.epochs if every_epoch_beats else 0.0
+    return rounds_s + heartbeat_s, requests, per_epoch_rounds
 
 
 def write_outputs(outcomes: list[Outcome], stem: str) -> None:
@@ -415,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                 # (and moto) drift by 10-30% over minutes, which is no error of the model's.
                 if not args.profile:
                     measured = measured.with_channel(kind, channel_figures(chosen[kind], Effort(), step))
-                    # The data store too: every epoch ends with heartbeats on it, and moto slows as jobs fill it.
+                    # The data store too: epochs of a second or longer end with heartbeats on it, and
+                    # moto slows as jobs fill it.
                     step("heartbeats on the data store")
                     alone, per_worker = measure_heartbeat(storage, Effort())
                     measured = measured.with_heartbeat(alone, per_worker)

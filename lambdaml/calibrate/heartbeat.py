@@ -1,6 +1,7 @@
 """A worker's heartbeat: after every epoch it records where it is and reads its job's cancel key
 on the data store. Timed through ``lambdaml.runtime.heartbeat`` itself, alone and with several
-processes beating at once (under BSP every rank beats at the end of the same epoch)."""
+processes beating at once: under BSP every rank beats at the end of the same epoch, and the
+next epoch's first round waits for the slowest of them."""
 
 from __future__ import annotations
 
@@ -26,18 +27,20 @@ def _attempt(job_id: str) -> Attempt:
 def _beat_together(
     storage_data: dict[str, Any], job_id: str, rank: int, repeats: int, barrier: Any, results: Any
 ) -> None:
-    """One of several processes beating at once: reports the median of its beats."""
+    """One of several processes beating at once, every beat started together (as BSP's ranks
+    end an epoch together): reports each beat's seconds."""
     try:
         beat = heartbeat(open_storage(StorageSpec(**storage_data)), _attempt(job_id))
-        barrier.wait(PROBE_TIMEOUT_S)
+        beat(rank, 0, 0.0, 0.0)  # the first request opens the connection
         seconds = []
-        for epoch in range(repeats):
+        for epoch in range(1, repeats + 1):
+            barrier.wait(PROBE_TIMEOUT_S)
             started = time.perf_counter()
             beat(rank, epoch, 0.0, 0.0)
             seconds.append(time.perf_counter() - started)
-        results.put((rank, statistics.median(seconds), None))
+        results.put((rank, seconds, None))
     except Exception as exc:  # reported to the parent as one line
-        results.put((rank, 0.0, f"{type(exc).__name__}: {exc}"))
+        results.put((rank, [], f"{type(exc).__name__}: {exc}"))
 
 
 def measure_heartbeat(storage: StorageSpec, effort: Effort) -> tuple[float, float]:
@@ -50,10 +53,10 @@ def measure_heartbeat(storage: StorageSpec, effort: Effort) -> tuple[float, floa
         alone = median_time(lambda: beat(0, 1, 0.0, 0.0), effort.repeats)
         n = max(effort.processes, 2)
         args = [(storage.model_dump(), job_id, rank, effort.repeats) for rank in range(n)]
-        # The epoch waits for the slowest rank's beat.
-        crowded = max(
-            seconds for _, seconds in run_together(_beat_together, args, "calibrating heartbeats", PROBE_TIMEOUT_S)
-        )
+        reports = run_together(_beat_together, args, "calibrating heartbeats", PROBE_TIMEOUT_S)
+        beats = [seconds for _, seconds in reports]
+        # Each epoch waits for its slowest rank's beat, and a job's time is the sum of its epochs: the mean.
+        crowded = statistics.fmean(max(together) for together in zip(*beats, strict=True))
     finally:
         store.clear(keys.attempt_prefix(job_id, ATTEMPT))
     return alone, max(crowded - alone, 0.0) / (n - 1)

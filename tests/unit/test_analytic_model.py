@@ -21,7 +21,7 @@ from analytic_model.collectives import (
     pattern_requests,
 )
 from analytic_model.compute import faas_speed, lambda_vcpus
-from analytic_model.prediction import Prediction
+from analytic_model.prediction import Prediction, heartbeats
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
 from analytic_model.transfers import Poll, Polling
@@ -287,9 +287,10 @@ def test_faas_cost_is_gb_seconds_plus_requests_plus_the_channel() -> None:
 
 def test_every_epoch_ends_with_the_workers_heartbeats_timed_and_priced() -> None:
     # A shared local store serves W workers' heartbeats one after another: each further worker adds its share.
-    quiet = with_figures(aws_profile(), {"faas": {"heartbeat_s": 0.0, "heartbeat_per_worker_s": 0.0}})
+    every_epoch = with_figures(aws_profile(), {"faas": {"heartbeat_every_s": 0.0}})
+    quiet = with_figures(every_epoch, {"faas": {"heartbeat_s": 0.0, "heartbeat_per_worker_s": 0.0}})
     unsaved = with_figures(quiet, {"lambda": {"checkpoint_every": None}})  # storage requests: heartbeats alone
-    beating = with_figures(aws_profile(), {"faas": {"heartbeat_s": 0.04, "heartbeat_per_worker_s": 0.01}})
+    beating = with_figures(every_epoch, {"faas": {"heartbeat_s": 0.04, "heartbeat_per_worker_s": 0.01}})
     s3 = prices("us-east-1")["s3"]
     for workers in (1, 4):
         before = predict_faas(HIGGS, workers, "redis", "allreduce", 2048, quiet)
@@ -305,6 +306,25 @@ def test_every_epoch_ends_with_the_workers_heartbeats_timed_and_priced() -> None
         assert longer.costs["storage"] - fewer.costs["storage"] == pytest.approx(beats / 2)
         ring = predict_iaas(HIGGS, workers, "c5.large", beating).time["heartbeat_s"]
         assert ring == pytest.approx(added)  # the torchrun ranks beat the same way
+
+
+def test_short_epochs_beat_once_per_heartbeat_interval() -> None:
+    """A worker beats after its first epoch, then once ``heartbeat_every_s`` has passed: epochs
+    far shorter than the interval share one beat, epochs longer than it each have their own."""
+    profile = aws_profile()
+    assert profile.faas.heartbeat_every_s == 1.0
+    assert heartbeats(profile, 100, 0.05) == pytest.approx(5.0)  # one beat every 20 epochs
+    assert heartbeats(profile, 100, 0.3) == pytest.approx(25.0)  # every 4th epoch
+    assert heartbeats(profile, 10, 2.0) == 10  # every epoch
+    assert heartbeats(profile, 3, 0.01) == 1.0  # the first epoch's, at least
+    assert heartbeats(with_figures(profile, {"faas": {"heartbeat_every_s": 0.0}}), 100, 0.05) == 100
+    short = replace(HIGGS, samples=10_000, dataset_bytes=1e7, epochs=50)
+    p = predict_faas(short, 2, "redis", "allreduce", 2048, profile)
+    epoch_s = p.rounds * p.round_s / short.epochs
+    assert epoch_s < 0.5  # short enough to share beats
+    expected = heartbeats(profile, short.epochs, epoch_s)
+    assert 1 <= expected < short.epochs / 2
+    assert p.time["heartbeat_s"] == pytest.approx(expected * profile.faas.heartbeat_s)
 
 
 def test_iaas_bills_per_second_with_a_minute_minimum() -> None:
