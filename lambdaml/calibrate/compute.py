@@ -122,6 +122,14 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, MeasuredCompute]:
 
 
 def measure_add_Bps() -> float:
-    """Bytes of one float64 vector summed into another per second (the reduce in every pattern)."""
-    a, b = value(1_000_000), value(1_000_000, seed=1)
-    return a.nbytes / median_time(lambda: np.add(a, b, out=a), 9)
+    """Bytes of one float64 vector summed into another per second (the reduce in every pattern,
+    and the unit the compressors' and optimizers' passes are counted in).
+
+    Timed on vectors larger than the caches (80 MB), the least of 20 sums: a worker's vectors
+    share the caches with its data, its other state and the other processes. The rate of a
+    cache-resident 8 MB vector swung 2x from one calibration to the next with other load on the
+    host (14.7 to 33 GB/s on one VM, on one day), and jobs' compressed rounds ran at the rate out
+    of the caches (16-17 GB/s there, steady to a few percent).
+    """
+    a, b = value(10_000_000), value(10_000_000, seed=1)
+    return a.nbytes / least_time(lambda: np.add(a, b, out=a), 20)
