@@ -57,8 +57,13 @@ def communication(
     add_Bps: float,
     polling: Polling,
     header: int,
+    alone_add_Bps: float | None = None,
 ) -> RoundCost:
-    """The communication of one average round of ``workload`` (compute excluded)."""
+    """The communication of one average round of ``workload`` (compute excluded).
+
+    ``add_Bps``: a worker's summing rate while every worker computes at once (its share of the
+    cores); ``alone_add_Bps``: while the others wait on it, as AllReduce's aggregator works (None: the same).
+    """
     if pattern not in PATTERNS:  # ASP never reaches a collective that would refuse it
         raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
     if workers <= 1:
@@ -79,7 +84,7 @@ def communication(
     if compressor is None:
         return plain
     squeezed = _compressed(compressor, workload.n_params(info), info.bytes_per_param, channel, pattern, workers,
-                           add_Bps, polling, header)  # fmt: skip
+                           add_Bps, polling, header, alone_add_Bps or add_Bps)  # fmt: skip
     if workload.algorithm != "onebit_adam":
         return squeezed
     warm = min(1.0, workload.warmup_steps / sched.rounds) if sched.rounds > 0 else 1.0
@@ -126,6 +131,7 @@ def _compressed(
     add_Bps: float,
     polling: Polling,
     header: int,
+    alone_add_Bps: float,
 ) -> RoundCost:
     """The pattern's collective of compressed bundles, and the CPU of compressing them.
 
@@ -135,20 +141,24 @@ def _compressed(
     """
     compress, decompress = CODEC_PASSES[compressor.name]
     if pattern == "allreduce":  # one chunk: every worker's whole vector, and the merged one
+        # Critical path: every worker compresses at once, the aggregator alone (the others wait)
+        # decompresses W-1 values, sums them and compresses the merged one, and everyone
+        # decompresses it at once.
+        together = _codec_s(compressor.name, n, float_bytes, add_Bps, (1.0, 1.0), compress + decompress)
+        alone_passes = compress + (w - 1) * (decompress + 1)
+        alone = _codec_s(compressor.name, n, float_bytes, alone_add_Bps, (1.0, w - 1.0), alone_passes)
         value = compressor.value_bytes(n, float_bytes, extras=2)
-        vector = value - header
-        # Critical path: a worker compresses, the aggregator decompresses W-1 values, sums them,
-        # compresses the merged one, and everyone decompresses it.
-        passes, calls = 2 * compress + w * decompress + (w - 1), (2.0, float(w))
-    else:
-        base, extra = divmod(n, w)
-        sizes = [base + (1 if j < extra else 0) for j in range(w)]
-        pieces = [compressor.value_bytes(size, float_bytes, extras=2 if j == 0 else 0) for j, size in enumerate(sizes)]
-        vector = sum(pieces) - w * header
-        # Every worker compresses its pieces and, as owner, one merged chunk; it decompresses the
-        # W-1 pieces of its chunk and the W-1 merged chunks, and sums the pieces.
-        passes = compress * (1 + 1 / w) + (2 * decompress + 1) * (w - 1) / w
-        calls = (w + 1.0, 2.0 * (w - 1))  # a call per piece and per merged chunk
+        cost = collective(channel, pattern, w, value - header, add_Bps, polling, header)
+        codec_s = together + alone
+        return replace(cost, seconds=cost.seconds + codec_s, phases={**cost.phases, "codec": codec_s})
+    base, extra = divmod(n, w)
+    sizes = [base + (1 if j < extra else 0) for j in range(w)]
+    pieces = [compressor.value_bytes(size, float_bytes, extras=2 if j == 0 else 0) for j, size in enumerate(sizes)]
+    vector = sum(pieces) - w * header
+    # Every worker compresses its pieces and, as owner, one merged chunk; it decompresses the
+    # W-1 pieces of its chunk and the W-1 merged chunks, and sums the pieces: all at once.
+    passes = compress * (1 + 1 / w) + (2 * decompress + 1) * (w - 1) / w
+    calls = (w + 1.0, 2.0 * (w - 1))  # a call per piece and per merged chunk
     cost = collective(channel, pattern, w, vector, add_Bps, polling, header)
     codec_s = _codec_s(compressor.name, n, float_bytes, add_Bps, calls, passes)
     return replace(cost, seconds=cost.seconds + codec_s, phases={**cost.phases, "codec": codec_s})

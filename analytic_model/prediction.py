@@ -154,7 +154,12 @@ def predict_faas(
 
     compute = round_compute_s(sched, rates, speed) + update_s(workload, info, sched, add_Bps)
     compute += perf.step_wake_s if workers > 1 else 0.0
-    comm = communication(workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile), header)
+    alone_add_Bps = (
+        profile.compute.add_Bps * faas_speed(profile, memory_mb, 1) * architecture_speed(profile, architecture)
+    )
+    comm = communication(
+        workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile), header, alone_add_Bps
+    )
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
 
