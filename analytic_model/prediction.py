@@ -101,12 +101,12 @@ def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy
 
 
 def heartbeats(profile: Profile, epochs: float, epoch_s: float) -> float:
-    """How many times a worker beats in ``epochs`` epochs of ``epoch_s`` each: after an epoch
-    once ``faas.heartbeat_every_s`` has passed since its last beat, and after the first."""
+    """How many times a worker beats in ``epochs`` epochs of ``epoch_s`` each: after its first
+    and its last epoch, and in between after an epoch once ``faas.heartbeat_every_s`` has passed."""
     every = profile.faas.heartbeat_every_s
-    if every <= 0 or epoch_s >= every:
+    if every <= 0 or epoch_s >= every or epochs <= 1:
         return epochs
-    return max(min(epochs, 1.0), epochs / math.ceil(every / max(epoch_s, 1e-9)))
+    return min(epochs, 2.0 + (epochs - 2.0) / math.ceil(every / max(epoch_s, 1e-9)))
 
 
 def heartbeats_s(profile: Profile, workers: int, beats: float) -> float:

@@ -311,7 +311,7 @@ class RuntimeSpec(_Spec):
     margin_s: float = Field(10.0, ge=0, le=600)  # stop and continue this long before the deadline
     max_invocations: int = Field(100, ge=1, le=100_000)  # continuations and resumes per worker
     # A worker records its epoch and checks for a cancel at most once per second of the attempt
-    # (and after its first epoch): short epochs would otherwise spend their time, and their
+    # (and after its first and last epoch): short epochs would otherwise spend their time, and their
     # requests, on the data store. 0: after every epoch.
     heartbeat_every_s: float = Field(1.0, ge=0, le=3600)
     # A local run is priced as Lambda would bill it at this memory (the template's WorkerMemoryMB).

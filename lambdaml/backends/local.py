@@ -49,7 +49,15 @@ def _worker_main(
         events.put(("epoch", rank, (epoch, loss, elapsed)))
 
     try:
-        beat = both(on_epoch, heartbeat(open_storage(job.storage), attempt, every_s=job.runtime.heartbeat_every_s))
+        beat = both(
+            on_epoch,
+            heartbeat(
+                open_storage(job.storage),
+                attempt,
+                every_s=job.runtime.heartbeat_every_s,
+                final_epoch=job.algorithm.epochs,
+            ),
+        )
         report = run_worker(job, attempt, rank, secret=secret, on_epoch=beat, channel=channel, lifetime=lifetime)
     except JobCancelled as exc:
         events.put(("cancelled", rank, str(exc)))

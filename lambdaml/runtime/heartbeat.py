@@ -31,13 +31,15 @@ def heartbeat(
     *,
     invocation: int = 1,
     every_s: float = 0.0,
+    final_epoch: int | None = None,
     clock: Callable[[], float] = time.time,
 ) -> EpochCallback:
     """Record a rank's epoch under its attempt; raise JobCancelled once the attempt is cancelled.
 
     With ``every_s``, a rank beats after its first epoch and then after an epoch that ends in a
     new ``every_s``-long slot since the attempt began: the ranks of a BSP job, in lockstep, beat
-    after the same epoch, so a round waits for their beats once. The record's put and the cancel
+    after the same epoch, so a round waits for their beats once. ``final_epoch`` (the job's last)
+    always beats, so a finished rank's record shows where it ended. The record's put and the cancel
     key's get are independent: they go out at once, and the beat returns when both are done (an
     epoch waits for one request's time, not two), so a failed put still fails the beat.
     """
@@ -46,7 +48,7 @@ def heartbeat(
 
     def beat(rank: int, epoch: int, loss: float, elapsed: float) -> None:
         nonlocal last_slot
-        if every_s > 0:
+        if every_s > 0 and epoch != final_epoch:
             slot = math.floor((clock() - attempt.started_at) / every_s)
             if slot == last_slot:
                 return

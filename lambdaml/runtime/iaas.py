@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(events, {"kind": "epoch", "rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed})
 
         comm = TorchDistCommunicator(rank, world)
-        beat = both(on_epoch, heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s))
+        beat = both(
+            on_epoch, heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs)
+        )
         report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=beat)
         assert isinstance(report, WorkerReport)  # without a Lifetime a run never stops early
         put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report.to_json())

@@ -251,7 +251,13 @@ def work(
     try:
         if invocation > job.runtime.max_invocations:
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
-        beat = heartbeat(store, attempt, invocation=invocation, every_s=job.runtime.heartbeat_every_s)
+        beat = heartbeat(
+            store,
+            attempt,
+            invocation=invocation,
+            every_s=job.runtime.heartbeat_every_s,
+            final_epoch=job.algorithm.epochs,
+        )
         report = run_worker(
             job, attempt, rank, secret=secret, on_epoch=beat, store=store, channel=channel, lifetime=lifetime
         )

@@ -309,14 +309,15 @@ def test_every_epoch_ends_with_the_workers_heartbeats_timed_and_priced() -> None
 
 
 def test_short_epochs_beat_once_per_heartbeat_interval() -> None:
-    """A worker beats after its first epoch, then once ``heartbeat_every_s`` has passed: epochs
-    far shorter than the interval share one beat, epochs longer than it each have their own."""
+    """A worker beats after its first and last epoch, and in between once ``heartbeat_every_s`` has
+    passed: epochs far shorter than the interval share one beat, longer ones each have their own."""
     profile = aws_profile()
     assert profile.faas.heartbeat_every_s == 1.0
-    assert heartbeats(profile, 100, 0.05) == pytest.approx(5.0)  # one beat every 20 epochs
-    assert heartbeats(profile, 100, 0.3) == pytest.approx(25.0)  # every 4th epoch
+    assert heartbeats(profile, 102, 0.05) == pytest.approx(7.0)  # the first, the last, one every 20 epochs
+    assert heartbeats(profile, 102, 0.3) == pytest.approx(27.0)  # ... every 4th epoch
     assert heartbeats(profile, 10, 2.0) == 10  # every epoch
-    assert heartbeats(profile, 3, 0.01) == 1.0  # the first epoch's, at least
+    assert heartbeats(profile, 3, 0.01) == pytest.approx(2.01)  # the first and the last
+    assert heartbeats(profile, 1, 0.01) == 1
     assert heartbeats(with_figures(profile, {"faas": {"heartbeat_every_s": 0.0}}), 100, 0.05) == 100
     short = replace(HIGGS, samples=10_000, dataset_bytes=1e7, epochs=50)
     p = predict_faas(short, 2, "redis", "allreduce", 2048, profile)

@@ -91,3 +91,15 @@ def test_a_cancel_is_seen_at_the_next_beat_not_between() -> None:
     now[0] += 0.6
     with pytest.raises(JobCancelled):
         beat(0, 3, 0.1, 1.1)
+
+
+def test_the_final_epoch_always_beats() -> None:
+    store = MemoryChannel()
+    attempt = _attempt()
+    now = [attempt.started_at + 0.1]
+    beat = heartbeat(store, attempt, every_s=1.0, final_epoch=3, clock=lambda: now[0])
+    key = keys.worker_heartbeat("beat-job", 1, 0)
+    for epoch in (1, 2, 3):  # all within the attempt's first second
+        beat(0, epoch, 0.1, 0.1 * epoch)
+        now[0] += 0.1
+        assert json.loads(store.get(key))["epoch"] == (1 if epoch < 3 else 3)
