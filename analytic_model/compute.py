@@ -99,11 +99,11 @@ def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> Comp
 
 #: An algorithm's update of its state per step beyond GA-SGD's (which the compute probe times), in
 #: passes over the parameter vector as long as adding one such vector to another (``compute.add_Bps``).
-#: Measured: 1-bit Adam's step (its momentum, the mask of the coordinates that ever had a gradient,
-#: the update preconditioned by the frozen variance; in the warm-up, Adam's own step) took 17-18
-#: such passes more than GA-SGD's at 100,001 parameters, through the algorithms' own steps on one
-#: core of a 2-core AMD EPYC VM (2026-12-02).
-UPDATE_PASSES = {"onebit_adam": 17.0}
+#: Measured: 1-bit Adam's compressed step (its momentum on the kept coordinates, the update
+#: preconditioned by the frozen variance) took 2-4 such passes more than GA-SGD's, with every
+#: coordinate kept (20,001 dense parameters) and with a third kept (100,001 parameters, sparse data),
+#: through the algorithms' own steps on one core of a 2-core AMD EPYC VM (2026-12-04).
+UPDATE_PASSES = {"onebit_adam": 4.0}
 
 
 def update_s(workload: Workload, info: ModelInfo, sched: Schedule, add_Bps: float) -> float:

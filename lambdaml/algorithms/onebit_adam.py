@@ -32,13 +32,25 @@ class OneBitAdam(AlgorithmState):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.optimizer = self.adam = Adam(self.spec.lr)
-        self.frozen_v: Array | None = None  # set when the warm-up ends
+        self.frozen_v: Array | None = None  # set when the warm-up ends, by _freeze
+        # What every compressed step needs of frozen_v, computed once: the kept coordinates (a
+        # slice when all are kept, so the steps index nothing) and the preconditioner there.
+        self._kept: slice | Array = slice(None)
+        self._denominator: Array | None = None
 
     @property
     def keep(self) -> Array:
         """The coordinates whose momentum is averaged (the mask's complement)."""
         assert self.frozen_v is not None
         return self.frozen_v > 0
+
+    def _freeze(self, v: Array) -> None:
+        self.frozen_v = v
+        keep = v > 0
+        # Sparse data leaves a scattered mask: a boolean index over it costs tens of passes over
+        # the vector a step, gathering by index a fraction of one.
+        self._kept = slice(None) if keep.all() else np.flatnonzero(keep)
+        self._denominator = np.sqrt(v[self._kept]) + self.adam.eps
 
     def step(self, X: Features, y: Array) -> None:
         loss, grad = self._gradient(X, y)
@@ -48,19 +60,22 @@ class OneBitAdam(AlgorithmState):
             return
         adam = self.adam
         assert adam.m is not None
+        assert self._denominator is not None
         started = time.perf_counter()
-        own = grad / len(y) if len(y) else np.zeros_like(grad)
-        keep = self.keep
-        momentum = adam.beta1 * adam.m[keep] + (1 - adam.beta1) * (own + self.model.regularizer_grad(self.params))[keep]
+        kept = self._kept
+        own = grad[kept] / len(y) if len(y) else np.zeros_like(self._denominator)
+        momentum = adam.beta1 * adam.m[kept] + (1 - adam.beta1) * (own + self.model.regularizer_grad(self.params)[kept])
         self.compute_s += time.perf_counter() - started
         summed, (count, loss_sum) = self.sync.sum_with(momentum, stats)
         self._count += count
         self._loss_sum += loss_sum
         started = time.perf_counter()
+        averaged = summed / self.comm.world_size
         adam.m = np.zeros_like(adam.m)
-        adam.m[keep] = summed / self.comm.world_size
+        adam.m[kept] = averaged
         adam.t += 1
-        self.params -= self.spec.lr * adam.m / (np.sqrt(self.frozen_v) + adam.eps)
+        # Only kept coordinates move: elsewhere m is zero, and so was the update.
+        self.params[kept] -= self.spec.lr * averaged / self._denominator
         self.compute_s += time.perf_counter() - started
 
     def _warmup_step(self, grad: Array, stats: Array) -> None:
@@ -74,7 +89,7 @@ class OneBitAdam(AlgorithmState):
         self.adam.step(self.params, reduced[:-2] / count + self.model.regularizer_grad(self.params))
         if self.adam.t >= self.spec.warmup_steps:
             assert self.adam.v is not None
-            self.frozen_v = self.adam.v / (1 - self.adam.beta2**self.adam.t)
+            self._freeze(self.adam.v / (1 - self.adam.beta2**self.adam.t))
         self.compute_s += time.perf_counter() - started
 
     def state_dict(self) -> dict[str, Array]:
@@ -83,4 +98,7 @@ class OneBitAdam(AlgorithmState):
 
     def load_state_dict(self, state: dict[str, Array]) -> None:
         super().load_state_dict(state)
-        self.frozen_v = np.array(state["frozen_v"]) if "frozen_v" in state else None
+        if "frozen_v" in state:
+            self._freeze(np.array(state["frozen_v"]))
+        else:
+            self.frozen_v, self._denominator = None, None
