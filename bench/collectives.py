@@ -45,6 +45,7 @@ from analytic_model.pattern_choice import candidates, choose_pattern
 from analytic_model.profile import Profile, load_profile
 from lambdaml import aws, codec
 from lambdaml.channels import Channel, dynamodb, memcached, open_channel
+from lambdaml.channels.s3_objects import S3Objects
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.grid import grid_shape
 from lambdaml.comm.patterns import chunk_bounds
@@ -82,8 +83,9 @@ class RawClient:
         self.limit = ITEM_LIMITS.get(spec.kind)
         self.pool = ThreadPoolExecutor(Channel.concurrency, thread_name_prefix="raw")
         self.client: Any
-        if spec.kind == "s3":
-            self.client = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
+        if spec.kind == "s3":  # the signed requests the channel sends its values with
+            client = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
+            self.client = S3Objects.of_client(client, aws.credentials(spec.endpoint_url))
             self.bucket = spec.bucket
         elif spec.kind == "dynamodb":
             self.client = aws.client("dynamodb", endpoint_url=spec.endpoint_url, region=spec.region)
@@ -108,7 +110,7 @@ class RawClient:
     def put_one(self, item: tuple[str, bytes]) -> None:
         key, data = item
         if self.kind == "s3":
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+            self.client.put(self.bucket, key, data)
         elif self.kind == "dynamodb":
             self.client.put_item(TableName=self.table, Item={"k": {"S": key}, "v": {"B": data}})
         elif self.kind == "redis":
@@ -120,12 +122,10 @@ class RawClient:
         value: Any
         if isinstance(wanted, tuple):  # a ranged read: S3 only, as in the library's packed layout
             key, start, stop = wanted
-            return bytes(
-                self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{stop - 1}")["Body"].read()
-            )
+            return bytes(self.client.get(self.bucket, key, (start, stop))[0])
         key = wanted
         if self.kind == "s3":
-            value = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            value = self.client.get(self.bucket, key)[0]
         elif self.kind == "dynamodb":
             item = self.client.get_item(TableName=self.table, Key={"k": {"S": key}}, ConsistentRead=True)
             value = item["Item"]["v"]["B"]

@@ -1,8 +1,8 @@
-"""What one S3 request costs the worker's CPU: botocore's default against LambdaML's client, and obstore.
+"""What one S3 request costs the worker's CPU: botocore's default against LambdaML's requests, and obstore.
 
 Run: ``.venv/bin/python bench/s3_requests.py``. A worker's S3 channel puts and gets values
-on moto (its own process, so its CPU is not counted here). Three boto3 clients, on the same
-requests in the same run:
+on moto (its own process, so its CPU is not counted here). Three boto3 clients and the channel
+itself (whose row also pays the channel's own layers), on the same requests in the same run:
 
 - ``default, http``: botocore's defaults as they behave against moto over plain HTTP: a
   CRC-32 of every request body (``when_supported``), checked on every response, and a
@@ -10,11 +10,12 @@ requests in the same run:
 - ``default, as on https``: the same defaults as they behave against AWS, where a body that
   carries a checksum header goes unsigned. This is the reference: what a worker paid on AWS
   before LambdaML changed its client.
-- ``lambdaml``: LambdaML's client: checksums only where an operation requires one, and no
-  SHA-256 of the body (``UNSIGNED-PAYLOAD``). Every value carries our codec's CRC-32C and its
-  seal, and TLS guards the body on AWS. A PUT sends its bytes as they are, without botocore's
-  file wrapper and the ``Expect: 100-continue`` that every file-like body gets, and a GET
-  parses none of the value's dates.
+- ``checksums off``: LambdaML's boto3 client (``lambdaml.aws.client``): checksums only where an
+  operation requires one, and no SHA-256 of the body (``UNSIGNED-PAYLOAD``). Every value
+  carries our codec's CRC-32C and its seal, and TLS guards the body on AWS.
+- ``lambdaml``: the S3 channel's values as they go: the same requests signed by botocore's
+  signer and sent over urllib3 (``lambdaml.channels.s3_objects``), without botocore's request
+  machinery (events, endpoint rules, validation, parsing).
 
 If ``obstore`` (Rust's ``object_store``) is importable it is measured too, as the leaner
 client to weigh against boto3; it is not a dependency (``pip install obstore`` into a scratch
@@ -43,7 +44,7 @@ SIZES = [10_000, 125_000, 1_000_000]  # float64 elements: 80 kB, 1 MB and 8 MB v
 BOTO = {
     "default, http": ("when_supported", None),
     "default, as on https": ("when_supported", False),
-    "lambdaml": ("when_required", False),
+    "checksums off": ("when_required", False),
 }
 REFERENCE = "default, as on https"
 
@@ -59,16 +60,26 @@ def cpu_ms_per_request(fn: Callable[[str], object], items: list[str], repeats: i
     return 1000 * best / len(items)
 
 
-def boto_client(
-    url: str, name: str, mode: tuple[str, bool | None], value: bytes, names: list[str]
-) -> tuple[float, float]:
+def boto_client(url: str, mode: tuple[str, bool | None], value: bytes, names: list[str]) -> tuple[float, float]:
     checksums, sign = mode
-    client = aws.client(
-        "s3", endpoint_url=url, checksums=checksums, sign_s3_payload=sign, put_bytes_as_is=name == "lambdaml"
-    )
-    channel = S3Channel(client, f"b-{secrets.token_hex(4)}")
-    channel.ensure()
+    client = aws.client("s3", endpoint_url=url, checksums=checksums, sign_s3_payload=sign)
+    bucket = f"b-{secrets.token_hex(4)}"
+    S3Channel(client, bucket).ensure()
+
+    def put(key: str) -> None:
+        client.put_object(Bucket=bucket, Key=key, Body=value)
+
     for name in names:  # warm: connections, the bucket, and the keys the gets read
+        put(name)
+    return cpu_ms_per_request(put, names), cpu_ms_per_request(
+        lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), names
+    )
+
+
+def lambdaml_channel(url: str, value: bytes, names: list[str]) -> tuple[float, float]:
+    channel = S3Channel(aws.client("s3", endpoint_url=url), f"b-{secrets.token_hex(4)}")
+    channel.ensure()
+    for name in names:
         channel.put(name, value)
     put = cpu_ms_per_request(lambda k: channel.put(k, value), names)
     return put, cpu_ms_per_request(channel.get, names)
@@ -102,7 +113,8 @@ def main() -> None:
         for d in SIZES:
             value = codec.encode(rng.standard_normal(d))
             names = [f"k/{i}" for i in range({10_000: 40, 125_000: 16}.get(d, 8))]
-            measured = {f"boto3 {name}": boto_client(moto.url, name, mode, value, names) for name, mode in BOTO.items()}
+            measured = {f"boto3 {name}": boto_client(moto.url, mode, value, names) for name, mode in BOTO.items()}
+            measured["lambdaml"] = lambdaml_channel(moto.url, value, names)
             lean = obstore_client(moto.url, value, names)
             if lean is not None:
                 measured["obstore"] = lean

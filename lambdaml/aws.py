@@ -45,6 +45,22 @@ def _shared_session() -> Any:
     return _session[1]
 
 
+def _local_keys(endpoint_url: str | None) -> bool:
+    """Whether a client of ``endpoint_url`` signs with the local stack's keys (a loopback endpoint
+    and no keys in the environment)."""
+    return is_loopback(endpoint_url) and not os.environ.get("AWS_ACCESS_KEY_ID")
+
+
+def credentials(endpoint_url: str | None) -> Any:
+    """The botocore credentials ``client`` signs with for ``endpoint_url``; None if there are none."""
+    from botocore.credentials import Credentials
+
+    if _local_keys(endpoint_url):
+        return Credentials(settings.LOCAL_ACCESS_KEY, settings.LOCAL_SECRET_KEY)
+    with _session_lock:
+        return _shared_session().get_credentials()
+
+
 def client(
     service: str,
     *,
@@ -56,7 +72,6 @@ def client(
     pool: int = 64,
     checksums: str = "when_required",
     sign_s3_payload: bool | None = False,
-    put_bytes_as_is: bool = True,
 ) -> Any:
     """A boto3 client whose every call is bounded in time.
 
@@ -68,12 +83,8 @@ def client(
     S3 request bodies are not hashed into the signature either (``sign_s3_payload``;
     ``UNSIGNED-PAYLOAD``): without a checksum header botocore would otherwise SHA-256 every PUT
     body, over HTTPS too, which costs more CPU than the CRC-32 it replaced. TLS guards the body on
-    AWS, and the seal guards it anywhere. None leaves it to botocore.
-
-    An S3 PUT sends its bytes as they are (``put_bytes_as_is``): botocore would wrap them in a file
-    object, and every file-like body goes out with ``Expect: 100-continue``, so each PUT would wait
-    a round trip for the server's interim answer before sending its body, and would send it in 16 kB
-    reads of that file.
+    AWS, and the seal guards it anywhere. None leaves it to botocore. (The S3 channel's values
+    themselves go as signed HTTP requests, ``lambdaml.channels.s3_objects``, configured the same.)
     """
     from botocore.config import Config
 
@@ -88,27 +99,11 @@ def client(
         s3=None if sign_s3_payload is None else {"payload_signing_enabled": sign_s3_payload},
     )
     kwargs: dict[str, Any] = {"config": config, "endpoint_url": endpoint_url}
-    if is_loopback(endpoint_url) and not os.environ.get("AWS_ACCESS_KEY_ID"):
+    if _local_keys(endpoint_url):
         kwargs["aws_access_key_id"] = settings.LOCAL_ACCESS_KEY
         kwargs["aws_secret_access_key"] = settings.LOCAL_SECRET_KEY
     with _session_lock:
-        made = _shared_session().client(service, **kwargs)
-    if service == "s3" and put_bytes_as_is:
-        from botocore.handlers import convert_body_to_file_like_object
-
-        made.meta.events.unregister("before-parameter-build.s3.PutObject", convert_body_to_file_like_object)
-    if service == "s3":
-        made.meta.events.register("before-parse.s3.GetObject", _unparsed_dates)
-    return made
-
-
-def _unparsed_dates(response_dict: dict[str, Any], **_: Any) -> None:
-    """A GET reads a value's bytes (and a ranged one its Content-Range), never its dates: botocore
-    would parse Last-Modified with dateutil on every read, a fifth of a small GET's CPU."""
-    headers = response_dict["headers"]
-    for name in ("last-modified", "expires"):
-        if name in headers:
-            del headers[name]
+        return _shared_session().client(service, **kwargs)
 
 
 def wait_for_stack(

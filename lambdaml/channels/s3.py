@@ -1,7 +1,9 @@
 """The S3 channel: objects in a bucket, the slowest but cheapest and always-there substrate.
 
-botocore errors are translated here, at the boundary, into lambdaml errors (what is not
-S3-specific by ``lambdaml.aws_errors``, shared with DynamoDB and the credentials lookup).
+Values are put and got as signed HTTP requests (``S3Objects``); listing, deleting and the bucket
+go through the boto3 client. botocore errors, from either, are translated here, at the boundary,
+into lambdaml errors (what is not S3-specific by ``lambdaml.aws_errors``, shared with DynamoDB
+and the credentials lookup).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lambdaml import aws
 from lambdaml.aws_errors import THROTTLING_CODES, error_code, status_code, translate_botocore
 from lambdaml.channels.base import Channel
+from lambdaml.channels.s3_objects import S3Objects
 from lambdaml.errors import ChannelError, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -29,11 +32,12 @@ class S3Channel(Channel):
     kind = "s3"
     ranged_reads = True  # HTTP Range: a GET of part of an object costs what any GET costs
 
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, objects: S3Objects | None = None) -> None:
         super().__init__()
         self.client = client
         self.bucket = bucket
-        self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", None) or "AWS")
+        self.objects = objects or S3Objects.of_client(client, aws.credentials(client.meta.endpoint_url))
+        self.endpoint = str(client.meta.endpoint_url or "AWS")
 
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> S3Channel:
@@ -58,13 +62,13 @@ class S3Channel(Channel):
 
     def _put(self, key: str, data: bytes) -> None:
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+            self.objects.put(self.bucket, key, data)
         except (ClientError, BotoCoreError, ConnectionError) as exc:
             raise self._error(exc, f"put {key}") from exc
 
     def _put_new(self, key: str, data: bytes) -> bool:
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            self.objects.put(self.bucket, key, data, only_if_absent=True)
         except ClientError as exc:
             if error_code(exc) == "PreconditionFailed" or status_code(exc) == 412:
                 return False
@@ -77,8 +81,7 @@ class S3Channel(Channel):
 
     def _get(self, key: str) -> bytes:
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-            body: bytes = response["Body"].read()
+            body, _ = self.objects.get(self.bucket, key)
         except (ClientError, BotoCoreError, ConnectionError) as exc:
             raise self._error(exc, f"get {key}", key) from exc
         return body
@@ -86,8 +89,7 @@ class S3Channel(Channel):
     def _get_range(self, key: str, start: int, stop: int) -> bytes:
         what = f"get {key} bytes {start}:{stop}"
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{stop - 1}")
-            body: bytes = response["Body"].read()
+            body, content_range = self.objects.get(self.bucket, key, (start, stop))
         except ClientError as exc:
             if error_code(exc) == "InvalidRange" or status_code(exc) == 416:  # starts at or past the end
                 # Retried, then it stands: moto can size a fresh object at 0 bytes while its PUT
@@ -100,7 +102,7 @@ class S3Channel(Channel):
             raise self._error(exc, what, key) from exc
         if len(body) != stop - start:
             # S3 serves what there is of a range that ends past the object; anything else is a cut-off body.
-            size = str(response.get("ContentRange", "")).rpartition("/")[2]
+            size = content_range.rpartition("/")[2]
             if size.isdigit() and int(size) >= stop:
                 raise TransientChannelError(f"s3 {what}: the body was cut off at {len(body)} bytes")
             raise ChannelError(f"s3: range {start}:{stop} of {key} runs past the end of its {size or '?'} bytes")
@@ -166,6 +168,7 @@ class S3Channel(Channel):
 
     def close(self) -> None:
         super().close()
+        self.objects.close()
         close = getattr(self.client, "close", None)
         if callable(close):
             close()

@@ -2,22 +2,19 @@
 
 Unreachable endpoints are real sockets on 127.0.0.1 (a closed port, and a listener whose
 accept queue is full so connects time out). Service-side errors use botocore's Stubber or
-small fake clients, so no service needs to run.
+small fake clients, so no service needs to run (S3's values: ``test_s3_objects.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
-from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
 from botocore.stub import Stubber
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheUnexpectedCloseError
@@ -28,7 +25,6 @@ from lambdaml.channels import Channel, memcached_io, open_channel
 from lambdaml.channels.dynamodb import DynamoDBChannel
 from lambdaml.channels.memcached import MemcachedChannel
 from lambdaml.channels.redis import RedisChannel
-from lambdaml.channels.s3 import S3Channel
 from lambdaml.config import ChannelKind, ChannelSpec
 from lambdaml.errors import ChannelError, ChannelUnavailable, KeyNotFound, TransientChannelError
 
@@ -100,82 +96,6 @@ def test_connect_timeout_is_unavailable_and_bounded(kind: ChannelKind, black_hol
     assert 0.9 <= elapsed < 10.0  # at least one 1 s connect timeout, at most a few retries of it
     assert f"127.0.0.1:{black_hole}" in str(info.value)
     chan.close()
-
-
-# ---- S3: botocore errors translated -----------------------------------------------
-
-
-def _s3() -> tuple[S3Channel, Stubber]:
-    client = aws.client("s3", endpoint_url="http://127.0.0.1:1")
-    return S3Channel(client, "comm-bucket"), Stubber(client)
-
-
-def test_s3_missing_key_is_key_not_found() -> None:
-    chan, stub = _s3()
-    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
-    with stub, pytest.raises(KeyNotFound, match=r"s3://comm-bucket/comm/a not found"):
-        chan.get("comm/a")
-
-
-def test_s3_missing_bucket_names_the_bucket() -> None:
-    chan, stub = _s3()
-    stub.add_client_error("get_object", service_error_code="NoSuchBucket", http_status_code=404)
-    stub.add_client_error("list_objects_v2", service_error_code="NoSuchBucket", http_status_code=404)
-    with stub:
-        with pytest.raises(ChannelError, match="comm-bucket") as info:
-            chan.get("comm/a")
-        assert not isinstance(info.value, KeyNotFound)
-        with pytest.raises(ChannelError, match="comm-bucket"):
-            chan.list("comm/")
-
-
-def test_s3_throttling_is_retried_then_gives_up() -> None:
-    chan, stub = _s3()
-    stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
-    stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
-    stub.add_response("put_object", {})
-    with stub:
-        chan.put("comm/a", b"x")  # succeeds on the third try
-        stub.assert_no_pending_responses()
-    for _ in range(chan.transient_retries + 1):
-        stub.add_client_error("put_object", service_error_code="SlowDown", http_status_code=503)
-    with stub, pytest.raises(ChannelError, match="gave up") as info:
-        chan.put("comm/a", b"x")
-    assert not isinstance(info.value, TransientChannelError)
-
-
-class _FlakyS3:
-    """An S3 client whose GETs fail the way moto's truncated bodies do, then succeed."""
-
-    def __init__(self, failures: list[Exception]) -> None:
-        self.failures = failures
-        self.calls = 0
-
-    def get_object(self, **_: Any) -> dict[str, Any]:
-        self.calls += 1
-        if self.failures:
-            failure = self.failures.pop(0)
-            if isinstance(failure, ResponseStreamingError):
-                return {"Body": _BrokenBody(failure)}
-            raise failure
-        return {"Body": io.BytesIO(b"whole")}
-
-
-class _BrokenBody:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def read(self) -> bytes:
-        raise self.error
-
-
-def test_s3_checksum_and_truncated_bodies_are_retried() -> None:
-    client = _FlakyS3(
-        [FlexibleChecksumError(error_msg="crc32 mismatch"), ResponseStreamingError(error="connection broken")]
-    )
-    chan = S3Channel(client, "comm-bucket")
-    assert chan.get("comm/a") == b"whole"
-    assert client.calls == 3
 
 
 # ---- DynamoDB ----------------------------------------------------------------------
