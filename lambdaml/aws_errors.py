@@ -15,6 +15,7 @@ from botocore.exceptions import (
     FlexibleChecksumError,
     IncompleteReadError,
     NoCredentialsError,
+    ParamValidationError,
     ReadTimeoutError,
     ResponseStreamingError,
 )
@@ -68,6 +69,8 @@ def translate_botocore(exc: Exception, *, service: str, endpoint: str, what: str
         return TransientChannelError(f"{service} {what}: body truncated or corrupt ({type(exc).__name__})")
     if isinstance(exc, _UNREACHABLE):
         return ChannelUnreachable(f"cannot reach {service} at {endpoint}: {type(exc).__name__}")
+    if isinstance(exc, ParamValidationError):  # a request botocore refuses to send, such as a bad bucket name
+        return ChannelError(f"{service} {what}: {exc}")
     if isinstance(exc, NoCredentialsError):
         return ChannelUnavailable(f"no AWS credentials to call {service} at {endpoint}")
     if isinstance(exc, BotoCoreError | ConnectionError):

@@ -27,6 +27,7 @@ from botocore.exceptions import (
     NoCredentialsError,
     ReadTimeoutError,
 )
+from botocore.handlers import validate_bucket_name
 
 _UNSIGNED_BODY = {"client_config": Config(s3={"payload_signing_enabled": False})}
 _ERROR_FIELD = re.compile(rb"<(Code|Message)>([^<]*)</\1>")
@@ -94,6 +95,7 @@ class S3Objects:
     def _request(
         self, method: str, bucket: str, key: str, operation: str, headers: dict[str, str], body: bytes | None
     ) -> Any:
+        validate_bucket_name({"Bucket": bucket})  # as boto3 would: a "/" in it would address another path
         url = self.url(bucket, key)
         if self.credentials is None:
             raise NoCredentialsError()

@@ -148,6 +148,13 @@ def test_values_carry_no_botocore_checksum_nor_a_body_hash_but_batch_deletes_do(
     assert delete[0] == "POST" and any(h.startswith(("x-amz-checksum", "content-md5")) for h in delete[2])
 
 
+def test_a_bucket_name_boto3_refuses_is_refused_before_any_request(fake: FakeS3) -> None:
+    chan = S3Channel(aws.client("s3", endpoint_url=fake.url), "../../etc")
+    with pytest.raises(ChannelError, match=r'Invalid bucket name "\.\./\.\./etc"'):
+        chan.get("comm/a")
+    assert fake.seen == []
+
+
 def test_on_aws_a_bucket_is_addressed_virtual_hosted_and_a_custom_endpoint_path_style() -> None:
     creds = Credentials("AKID", "secret")
     on_aws = S3Objects(
