@@ -83,9 +83,9 @@ class RawClient:
         self.limit = ITEM_LIMITS.get(spec.kind)
         self.pool = ThreadPoolExecutor(Channel.concurrency, thread_name_prefix="raw")
         self.client: Any
-        if spec.kind == "s3":  # the signed requests the channel sends its values with
-            client = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
-            self.client = S3Objects.of_client(client, aws.credentials(spec.endpoint_url))
+        if spec.kind == "s3":  # the signed requests the channel sends its values with; boto3 deletes
+            self.boto = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
+            self.client = S3Objects.of_client(self.boto, aws.credentials(spec.endpoint_url))
             self.bucket = spec.bucket
         elif spec.kind == "dynamodb":
             self.client = aws.client("dynamodb", endpoint_url=spec.endpoint_url, region=spec.region)
@@ -137,7 +137,7 @@ class RawClient:
 
     def delete_one(self, key: str) -> None:
         if self.kind == "s3":
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+            self.boto.delete_object(Bucket=self.bucket, Key=key)
         elif self.kind == "dynamodb":
             self.client.delete_item(TableName=self.table, Key={"k": {"S": key}})
         else:
