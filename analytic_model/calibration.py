@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from analytic_model.profile import Host, MeasuredCompute
+from analytic_model.profile import CodecPasses, Host, MeasuredCompute
 from analytic_model.records import FLAT, Reader, json_name, to_json
 
 
@@ -78,6 +78,7 @@ class ComputeCalibration:
     add_Bps: float
     vcpu_gflops: Mapping[str, float] = field(default_factory=dict)  # from the dense models measured
     per_step_s: Mapping[str, float] = field(default_factory=dict)
+    codec_passes: Mapping[str, CodecPasses] = field(default_factory=dict)  # per compressor
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from analytic_model.channel_perf import ChannelPerf
@@ -28,7 +29,7 @@ from analytic_model.collectives import (
     still_missing,
     store_busy,
 )
-from analytic_model.profile import ModelInfo
+from analytic_model.profile import CodecPasses, ModelInfo
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
 from analytic_model.wire import CODEC_CALL_VALUES, CODEC_PASSES, SEAL_BYTES, Compression, tensor_bytes, update_bytes
 from analytic_model.workload import Schedule, Workload
@@ -58,12 +59,15 @@ def communication(
     polling: Polling,
     header: int,
     alone_add_Bps: float | None = None,
+    codec_passes: Mapping[str, CodecPasses] | None = None,
 ) -> RoundCost:
     """The communication of one average round of ``workload`` (compute excluded).
 
     ``add_Bps``: a worker's summing rate while every worker computes at once (its share of the
     cores); ``alone_add_Bps``: while the others wait on it, as AllReduce's aggregator works (None: the same).
+    ``codec_passes``: the compressors' passes a calibration measured (``CODEC_PASSES`` for the rest).
     """
+    measured = codec_passes or {}
     if pattern not in PATTERNS:  # ASP never reaches a collective that would refuse it
         raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
     if workers <= 1:
@@ -77,14 +81,14 @@ def communication(
         pattern=pattern,
     )
     if workload.decentralized:
-        return _ring(workload, info, channel, pattern, workers, sched, add_Bps, polling, header)
+        return _ring(workload, info, channel, pattern, workers, sched, add_Bps, polling, header, measured)
     if workload.protocol != "bsp":
         return _asynchronous(workload, info, channel, workers, add_Bps, polling)
     plain = collective(channel, pattern, workers, workload.vector_bytes(info), add_Bps, polling, header)
     if compressor is None:
         return plain
     squeezed = _compressed(compressor, workload.n_params(info), info.bytes_per_param, channel, pattern, workers,
-                           add_Bps, polling, header, alone_add_Bps or add_Bps)  # fmt: skip
+                           add_Bps, polling, header, alone_add_Bps or add_Bps, measured)  # fmt: skip
     if workload.algorithm != "onebit_adam":
         return squeezed
     warm = min(1.0, workload.warmup_steps / sched.rounds) if sched.rounds > 0 else 1.0
@@ -107,6 +111,12 @@ def _blend(a: RoundCost, share_a: float, b: RoundCost, share_b: float) -> RoundC
     phases = {k: share_a * a.phases.get(k, 0.0) + share_b * b.phases.get(k, 0.0) for k in {*a.phases, *b.phases}}
     requests = a.requests.scaled(share_a) + b.requests.scaled(share_b)
     return RoundCost(share_a * a.seconds + share_b * b.seconds, requests, phases)
+
+
+def _passes(name: str, measured: Mapping[str, CodecPasses]) -> tuple[float, float]:
+    """A compressor's (compress, decompress) passes: calibrated where measured, else the shipped figures."""
+    found = measured.get(name)
+    return CODEC_PASSES[name] if found is None else (found.compress, found.decompress)
 
 
 def _pass_s(values: float, float_bytes: int, add_Bps: float) -> float:
@@ -132,6 +142,7 @@ def _compressed(
     polling: Polling,
     header: int,
     alone_add_Bps: float,
+    measured: Mapping[str, CodecPasses],
 ) -> RoundCost:
     """The pattern's collective of compressed bundles, and the CPU of compressing them.
 
@@ -139,7 +150,7 @@ def _compressed(
     handed the size that gives each piece its compressed length on the wire (chunk 0's exact
     sample count and loss spread over the W pieces).
     """
-    compress, decompress = CODEC_PASSES[compressor.name]
+    compress, decompress = _passes(compressor.name, measured)
     if pattern == "allreduce":  # one chunk: every worker's whole vector, and the merged one
         # Critical path: every worker compresses at once, the aggregator alone (the others wait)
         # decompresses W-1 values, sums them and compresses the merged one, and everyone
@@ -174,12 +185,13 @@ def _ring(
     add_Bps: float,
     polling: Polling,
     header: int,
+    measured: Mapping[str, CodecPasses],
 ) -> RoundCost:
     """One neighbour exchange, with the epoch's loss sum and the run's final average spread over the rounds."""
     n, float_bytes = workload.n_params(info), info.bytes_per_param
     compressor = workload.compressor or Compression("identity")  # a ring method without compression sends models
     message = compressor.value_bytes(n, float_bytes)
-    compress, decompress = CODEC_PASSES[compressor.name]
+    compress, decompress = _passes(compressor.name, measured)
     k = ring_degree(w)
     mixing = k + 1  # the neighbours' vectors added to one's own, or applied to the replicas
     codec_s = _codec_s(compressor.name, n, float_bytes, add_Bps, (1.0, k), compress + k * decompress + mixing)

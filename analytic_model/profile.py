@@ -133,6 +133,14 @@ class FaasFigures:
 
 
 @dataclass(frozen=True)
+class CodecPasses:
+    """A compressor's CPU in passes of ``ComputeFigures.add_Bps`` over the vector it compresses."""
+
+    compress: float  # with error feedback, into a codec bundle, beyond a plain tensor's encode
+    decompress: float  # from a bundle, beyond a plain tensor's decode
+
+
+@dataclass(frozen=True)
 class ComputeFigures:
     vcpu_gflops: Mapping[str, float]  # per model kind
     per_step_s: Mapping[str, float]  # per runtime
@@ -140,6 +148,8 @@ class ComputeFigures:
     multithread_efficiency: float
     measured: Mapping[str, MeasuredCompute] = field(default_factory=dict)  # by ``compute_key``
     arm64_speed: float = 1.0  # an arm64 (Graviton) Lambda vCPU against an x86_64 one
+    # Per compressor, where a calibration measured them (``wire.CODEC_PASSES`` where not).
+    codec_passes: Mapping[str, CodecPasses] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

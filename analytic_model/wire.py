@@ -96,7 +96,9 @@ def update_bytes(values: int, float_bytes: int) -> int:
 #: into a codec bundle, and decompressing one, beyond a plain tensor's encode and decode.
 #: Measured: the least of 30 calls of each at 1e5 and 1e6 float64 against ``np.add`` of the same
 #: vectors, on one core of a 2-core AMD EPYC VM (2026-12-02); the figures at 1e5 (the two sizes
-#: agree within about 25%, qsgd and identity's compress within 45%).
+#: agree within about 25%, qsgd and identity's compress within 45%). The shipped figures: a
+#: calibration measures its machine's (``lambdaml.calibrate.compute.measure_codec_passes``, the
+#: profile's ``compute.codec_passes``), against its own ``add_Bps``, and those replace these.
 CODEC_PASSES: dict[str, tuple[float, float]] = {  # (compress, decompress)
     "identity": (6.0, 1.2),
     "onebit": (20.0, 14.0),

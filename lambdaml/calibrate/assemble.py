@@ -22,7 +22,7 @@ from analytic_model.calibration import (
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.profile import Host, MeasuredCompute, aws_profile
 from lambdaml.calibrate.channels import measure_big_values, measure_channel, measure_cleanup, measure_store, sizes
-from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_compute
+from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_codec_passes, measure_compute
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
 from lambdaml.calibrate.heartbeat import measure_heartbeat
@@ -128,7 +128,9 @@ def _compute(probes: Sequence[ComputeProbe], say: Callable[[str], None]) -> Comp
             # A dense model's rate stands for others of its kind (a sparse row's work is its nonzeros).
             gflops[figures.kind] = figures.flops_per_sample / figures.per_sample_s / 1e9
             per_step[figures.runtime] = figures.per_step_s
-    return ComputeCalibration(measured, measure_add_Bps(), gflops, per_step)
+    add_Bps = measure_add_Bps()
+    say("compute: the compressors' passes")
+    return ComputeCalibration(measured, add_Bps, gflops, per_step, measure_codec_passes(add_Bps))
 
 
 def calibrate(

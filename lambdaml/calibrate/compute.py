@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from analytic_model.profile import MeasuredCompute, aws_profile, compute_key
+from analytic_model.profile import CodecPasses, MeasuredCompute, aws_profile, compute_key
 from lambdaml.arrays import Array
 from lambdaml.calibrate.probing import least_time, median_time, value
 from lambdaml.channels import open_channel
@@ -133,3 +133,35 @@ def measure_add_Bps() -> float:
     """
     a, b = value(10_000_000), value(10_000_000, seed=1)
     return a.nbytes / least_time(lambda: np.add(a, b, out=a), 20)
+
+
+CODEC_VALUES = 100_000  # float64 values a compressor is timed on: the size its passes were first measured at
+
+
+def measure_codec_passes(add_Bps: float) -> dict[str, CodecPasses]:
+    """Each compressor's CPU in passes of ``add_Bps`` (what the model counts them in): compressing
+    with error feedback into a codec bundle, and decompressing one, beyond a plain tensor's encode
+    and decode; the least of 15 calls of each on ``CODEC_VALUES`` float64.
+
+    Measured here because the ratio is the machine's: onebit's compress (with a tensor's encode)
+    took 20 passes of an in-cache add of its vectors on one 2-core VM, and 31 of that add but 13
+    of the out-of-cache add ``add_Bps`` times on another.
+    """
+    from lambdaml import catalogue, codec
+    from lambdaml.compression import ErrorFeedback, make_compressor
+    from lambdaml.config import CompressionSpec
+
+    x = value(CODEC_VALUES, seed=2)
+    unit = x.nbytes / add_Bps
+    encode = least_time(lambda: codec.encode(x), 15)
+    blob = codec.encode(x)
+    decode = least_time(lambda: codec.decode(blob), 15)
+    passes: dict[str, CodecPasses] = {}
+    for name in catalogue.COMPRESSORS:
+        compressor, feedback = make_compressor(CompressionSpec(name=name)), ErrorFeedback()
+        rng = np.random.default_rng(0)
+        bundle = codec.encode_bundle(feedback.compress(compressor, x, rng)[0])
+        compress = least_time(lambda: codec.encode_bundle(feedback.compress(compressor, x, rng)[0]), 15)  # noqa: B023
+        decompress = least_time(lambda: compressor.decompress(codec.decode_bundle(bundle), x.size), 15)  # noqa: B023
+        passes[name] = CodecPasses(max(compress - encode, 0.0) / unit, max(decompress - decode, 0.0) / unit)
+    return passes

@@ -4,6 +4,8 @@ the algorithms the cost model takes from the plug-in catalogue."""
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,10 @@ from analytic_model.calibration import (
     LambdaCalibration,
     StoreFigures,
 )
-from analytic_model.profile import Host, MeasuredCompute, Profile, save_profile, with_figures
+from analytic_model.profile import CodecPasses, Host, MeasuredCompute, Profile, save_profile, with_figures
 from analytic_model.tables import aws_defaults
 from lambdaml import catalogue
+from lambdaml.calibrate.compute import measure_add_Bps, measure_codec_passes
 from lambdaml.errors import ConfigError
 
 
@@ -112,3 +115,29 @@ def test_the_algorithms_come_from_the_catalogue() -> None:
     with pytest.raises(ConfigError, match="unknown algorithm 'lbfgs'; known: ") as caught:
         Workload("lr", 1e6, 10_000, features=28, algorithm="lbfgs").check(profile)
     assert all(name in str(caught.value) for name in catalogue.ALGORITHMS)
+
+
+def test_calibrated_codec_passes_replace_the_shipped_ones_for_the_compressors_measured(tmp_path: Path) -> None:
+    base = _calibration()
+    onebit = CodecPasses(compress=4.0, decompress=3.0)
+    measured = replace(base, compute=replace(base.compute, codec_passes={"onebit": onebit}))
+    profile = load_profile(save_profile(measured, tmp_path / "local.json"))
+    assert profile.compute.codec_passes == {"onebit": onebit}
+    assert load_profile(save_profile(base, tmp_path / "plain.json")).compute.codec_passes == {}
+
+    def round_s(used: Profile, compression: str) -> float:
+        workload = Workload("lr", dataset_bytes=1e6, samples=3200, features=100_000, sparse=True,
+                            batch_size=100, algorithm="ga_sgd", compression=compression)  # fmt: skip
+        return predict_faas(workload, 2, "redis", "allreduce", 3008, used).round_s
+
+    shipped = load_profile(save_profile(base, tmp_path / "plain.json"))
+    # Fewer measured passes than the shipped 20 and 14: a shorter round; qsgd was not measured.
+    assert round_s(profile, "onebit") < round_s(shipped, "onebit")
+    assert round_s(profile, "qsgd") == round_s(shipped, "qsgd")
+
+
+def test_calibration_measures_every_compressor_s_passes() -> None:
+    passes = measure_codec_passes(measure_add_Bps())
+    assert set(passes) == set(catalogue.COMPRESSORS)
+    assert all(math.isfinite(p.compress) and math.isfinite(p.decompress) for p in passes.values())
+    assert all(p.compress >= 0 and p.decompress >= 0 for p in passes.values())
