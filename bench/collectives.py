@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/collectives.py [--quick]``. It starts its own moto
 Memcached on loopback ports, runs W workers as separate processes (as Lambda does: threads
 would share one GIL), and for each channel, W and d measures the median round time of
 each pattern after a warm-up round. Next to it, the *raw* time: the same requests with the
-same value and item sizes, issued through the plain client (boto3, redis-py, pymemcache)
+same value and item sizes, issued through the plain client (redis-py, pymemcache; on S3 the
+signed requests the channel sends its values with, ``S3Objects``; boto3 for DynamoDB)
 by the same processes in the same dependency order, with process barriers between the
 phases instead of polling. Raw and library rounds alternate, so drift hits both alike.
 
