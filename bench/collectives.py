@@ -86,7 +86,7 @@ class RawClient:
         self.client: Any
         if spec.kind == "s3":  # the signed requests the channel sends its values with; boto3 deletes
             self.boto = aws.client("s3", endpoint_url=spec.endpoint_url, region=spec.region)
-            self.client = S3Objects.of_client(self.boto, aws.credentials(spec.endpoint_url))
+            self.client = S3Objects.of_client(self.boto)
             self.bucket = spec.bucket
         elif spec.kind == "dynamodb":
             self.client = aws.client("dynamodb", endpoint_url=spec.endpoint_url, region=spec.region)

@@ -36,7 +36,7 @@ class S3Channel(Channel):
         super().__init__()
         self.client = client
         self.bucket = bucket
-        self.objects = objects or S3Objects.of_client(client, aws.credentials(client.meta.endpoint_url))
+        self.objects = objects or S3Objects.of_client(client)
         self.endpoint = str(client.meta.endpoint_url or "AWS")
 
     @classmethod

@@ -29,6 +29,8 @@ from botocore.exceptions import (
 )
 from botocore.handlers import validate_bucket_name
 
+from lambdaml import aws
+
 _UNSIGNED_BODY = {"client_config": Config(s3={"payload_signing_enabled": False})}
 _ERROR_FIELD = re.compile(rb"<(Code|Message)>([^<]*)</\1>")
 
@@ -61,13 +63,14 @@ class S3Objects:
         )
 
     @classmethod
-    def of_client(cls, client: Any, credentials: Any) -> S3Objects:
-        """The same endpoint, region, timeouts and pool size as a boto3 S3 client's."""
+    def of_client(cls, client: Any, credentials: Any = None) -> S3Objects:
+        """The same endpoint, region, timeouts and pool size as a boto3 S3 client made by
+        ``aws.client``, signing with ``credentials`` (None: the ones that client signs with)."""
         config = client.meta.config
         return cls(
             endpoint_url=client.meta.endpoint_url,
             region=client.meta.region_name,
-            credentials=credentials,
+            credentials=aws.credentials(client.meta.endpoint_url) if credentials is None else credentials,
             connect_timeout_s=config.connect_timeout,
             read_timeout_s=config.read_timeout,
             pool=config.max_pool_connections,
@@ -112,8 +115,8 @@ class S3Objects:
             raise ConnectTimeoutError(endpoint_url=url, error=exc) from exc
         except urllib3.exceptions.ReadTimeoutError as exc:
             raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
-        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.HTTPError, OSError) as exc:
-            # A connection dropped, or a body cut short of its Content-Length: worth another try.
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # A connection dropped, or a body cut short of its Content-Length (ProtocolError): worth another try.
             raise ConnectionClosedError(endpoint_url=url, error=exc) from exc
         if response.status >= 300:
             fields = dict(_ERROR_FIELD.findall(response.data[:4096]))
