@@ -3,6 +3,7 @@ rank and every run, and about 6 sqrt(W) requests per worker per round instead of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -145,3 +146,19 @@ def test_the_modelled_round_pays_off_where_the_store_serves_requests() -> None:
     assert collective(busy, "scatter_reduce_2d", 7, 4e4, 1e12, polling, 0) == collective(
         busy, "scatter_reduce", 7, 4e4, 1e12, polling, 0
     )
+
+
+def test_a_grid_wait_loses_what_a_wait_among_all_workers_loses_where_they_share_cores() -> None:
+    polling = Polling(0.0005, 1.5, 0.025)
+    figures = {"latency_put_s": 0.001, "latency_get_s": 0.001, "extra_put_s": 0.0, "extra_get_s": 0.0}
+    figures |= {"bandwidth_put_Bps": 1e9, "bandwidth_get_Bps": 1e9, "server_put_s": 1e-5, "server_get_s": 1e-5}
+    figures |= {"wait_s": 0.002, "wait_per_worker_s": 0.003}
+    apart = ChannelPerf("test", **figures)  # type: ignore[arg-type]  # separate machines (AWS)
+    shared = dataclasses.replace(apart, shared_cores=2.0)  # one machine's cores (a local profile)
+    # A 2 x 4 grid: its row waits are on 4 workers, its column waits on 2, in a job of 8.
+    on_aws = collective(apart, "scatter_reduce_2d", 8, 4e4, 1e12, polling, 0).phases
+    local = collective(shared, "scatter_reduce_2d", 8, 4e4, 1e12, polling, 0).phases
+    assert on_aws["late_row_pieces"] == pytest.approx(apart.straggle(4, "scatter_reduce_2d"))
+    assert on_aws["late_column_pieces"] == pytest.approx(apart.straggle(2, "scatter_reduce_2d"))
+    assert local["late_row_pieces"] == local["late_column_pieces"] == pytest.approx(shared.straggle(8))
+    assert shared.straggle(8) > apart.straggle(4) > apart.straggle(2)
