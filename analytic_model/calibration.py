@@ -59,6 +59,7 @@ class ExchangeFigures:
     sr_bytes_slowdown: float
     ring_wait_s: float | None = None  # the ring methods' neighbour exchange (profiles before it lack them)
     ring_wait_per_worker_s: float | None = None
+    store_bytes_slowdown: float = 1.0  # profiles before it lack it
 
 
 @dataclass(frozen=True)

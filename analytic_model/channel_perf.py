@@ -51,6 +51,10 @@ class ChannelPerf:
     # machine a rank moves them while the others poll and compute on the same cores and caches.
     bytes_slowdown: float = 1.0
     sr_bytes_slowdown: float | None = None  # ScatterReduce's own, where calibrated (None: as above)
+    # The store's bytes in real rounds over its loaded probes' rate (``server_*_Bps``), where the
+    # store sets a pattern's rounds: moto's rounds of megabyte values moved their bytes several
+    # times slower than its saturated probes of one value size suggested.
+    store_bytes_slowdown: float = 1.0
     step_wake_s: float = 0.0  # a worker's first step after a wait takes this much longer (cold caches)
     cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL
     server_growth: float = 0.0  # the store's time per request grows by this fraction per client beyond two

@@ -43,7 +43,7 @@ def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float, clien
     seconds = requests * channel.server_request(op, clients)
     bandwidth = channel.server_bandwidth(op)
     if bandwidth:
-        seconds += nbytes / bandwidth
+        seconds += nbytes / bandwidth * channel.store_bytes_slowdown
     return seconds
 
 

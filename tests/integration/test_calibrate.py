@@ -38,6 +38,9 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     # slower (5 is where the solve stops; a machine loaded by other work gets there).
     assert 1.0 <= redis.bytes_slowdown <= 5.0 and redis.sr_bytes_slowdown is not None
     assert 1.0 <= redis.sr_bytes_slowdown <= 5.0
+    # Where the store sets a pattern's rounds of large values, its bytes' slowdown in them (10: the bound).
+    assert 1.0 <= redis.store_bytes_slowdown <= 10.0
+    assert "measured by 'lambdaml calibrate'" in profile.origin["channels.redis.store_bytes_slowdown"]
     # The ring methods' neighbour exchange was run too: its own wait loss, at 2 workers and beyond.
     assert redis.ring_wait_s is not None and 0 <= redis.ring_wait_s < 1.0
     assert redis.ring_wait_per_worker_s is not None and redis.ring_wait_per_worker_s >= 0

@@ -24,7 +24,7 @@ from analytic_model.compute import faas_speed, lambda_vcpus
 from analytic_model.prediction import Prediction, heartbeats
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
-from analytic_model.transfers import Poll, Polling
+from analytic_model.transfers import Poll, Polling, store_s
 from analytic_model.workload import schedule
 from lambdaml import codec, seal
 from lambdaml.channels import CHANNELS, memcached
@@ -236,6 +236,20 @@ def test_a_round_adds_latency_and_bytes_over_bandwidth() -> None:
     assert ar_slowed.phases["gather"] == pytest.approx(0.01 + 2.0 * 3 * 4e6 / 1e8)
     sr_slowed = collective(slowed, "scatter_reduce", 4, 4e6, 1e12, polling, 0)
     assert sr_slowed.seconds == pytest.approx(4 * 0.01 + 1.5 * (3 + 3 + 1 + 3) * 1e6 / 1e8, rel=1e-3)
+
+
+def test_the_stores_byte_slowdown_stretches_its_bytes_not_its_requests_nor_the_workers() -> None:
+    polling = Polling(0.0005, 1.5, 0.025)
+    store = {"server_put_s": 0.002, "server_get_s": 0.002, "server_put_Bps": 1e9, "server_get_Bps": 4e9}
+    plain, slowed = _channel(**store), _channel(**store, store_bytes_slowdown=4.0)
+    assert store_s(slowed, "put", 10, 8e6) == pytest.approx(10 * 0.002 + 4.0 * 8e6 / 1e9)
+    assert store_s(slowed, "get", 10, 0) == store_s(plain, "get", 10, 0) == pytest.approx(10 * 0.002)
+    # A round the store sets grows with it; the workers' own calls do not.
+    small, small_slowed = (collective(c, "scatter_reduce", 8, 4e3, 1e12, polling, 0) for c in (plain, slowed))
+    big, big_slowed = (collective(c, "scatter_reduce", 8, 4e7, 1e12, polling, 0) for c in (plain, slowed))
+    assert small_slowed.seconds == pytest.approx(small.seconds, rel=1e-2)
+    assert big_slowed.phases["store_busy"] > 2 * big.phases["store_busy"]
+    assert big_slowed.phases["gather_pieces"] >= big.phases["gather_pieces"]
 
 
 def test_values_over_mallocs_mmap_threshold_move_at_the_big_value_rates() -> None:
