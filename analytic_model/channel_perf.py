@@ -52,8 +52,7 @@ class ChannelPerf:
     bytes_slowdown: float = 1.0
     sr_bytes_slowdown: float | None = None  # ScatterReduce's own, where calibrated (None: as above)
     # The store's bytes in real rounds over its loaded probes' rate (``server_*_Bps``), where the
-    # store sets a pattern's rounds: moto's rounds of megabyte values moved their bytes several
-    # times slower than its saturated probes of one value size suggested.
+    # store sets a pattern's rounds (moto's: 1.2 and 5.0 in two calibrations an hour apart).
     store_bytes_slowdown: float = 1.0
     step_wake_s: float = 0.0  # a worker's first step after a wait takes this much longer (cold caches)
     cleanup_cpu_s: float = 0.0  # a rank's CPU deleting its previous round's keys: its background thread holds the GIL

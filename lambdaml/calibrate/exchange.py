@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 _MAX_SLOWDOWN = 5.0  # bytes slower than this in real rounds would be a broken measurement
 # The store's byte rate comes from probes of one value size at a time, which moto's rounds of
-# megabyte values fell several times short of: a wider bound, still a sanity bound.
+# megabyte values fell up to 5x short of: a wider bound, still a sanity bound.
 _MAX_STORE_SLOWDOWN = 10.0
 _MAX_PROBE_ROUNDS = 2000
 RING = "ring"  # the probes' name for the ring methods' neighbour exchange (``lambdaml.comm.ring``)
