@@ -261,8 +261,8 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
                 modelled = dataclasses.replace(fitted, **changed)
                 return collective(modelled, pattern, world, large - header, math.inf, polling, header).seconds
 
-            phases = collective(fitted, pattern, world, large - header, math.inf, polling, header).phases
-            store_sets = phases["chain"] < phases["store_busy"]
+            unslowed = collective(fitted, pattern, world, large - header, math.inf, polling, header)
+            store_sets = unslowed.phases["chain"] < unslowed.phases["store_busy"]
             if store_sets and not store_moves_bytes:
                 factors.append(1.0)  # the store's requests set these rounds: the wait losses have them
                 continue
@@ -276,8 +276,8 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
                 factors.append(1.0 + _solve_increasing(slowed, measured, high=_MAX_SLOWDOWN - 1.0))
             log.debug(
                 "%s %s W=%d, large values: round %.2f ms, modelled %.2f ms: %s slowdown %.2f",
-                spec.kind, pattern, world, measured * 1e3, slowed(0.0) * 1e3, "store bytes" if store_sets else "bytes",
-                store_factors[-1] if store_sets else factors[-1],
+                spec.kind, pattern, world, measured * 1e3, unslowed.seconds * 1e3,
+                "store bytes" if store_sets else "bytes", store_factors[-1] if store_sets else factors[-1],
             )  # fmt: skip
         figures.update(_pattern_fields(pattern, bytes_slowdown=statistics.fmean(factors)))
     figures["store_bytes_slowdown"] = statistics.fmean(store_factors) if store_factors else 1.0
