@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lambdaml.channels import Channel, open_channel
+from lambdaml.cli import output
 from lambdaml.config import StorageSpec
 from lambdaml.local import services as local
 from lambdaml.storage import open_storage
@@ -65,6 +66,14 @@ def _services_for(kind: str, request: pytest.FixtureRequest) -> Services | None:
     redis = request.getfixturevalue("redis_port") if kind == "redis" else 0
     memcached = request.getfixturevalue("memcached_port") if kind == "memcached" else 0
     return Services(moto_url=moto, redis_port=redis, memcached_port=memcached)
+
+
+@pytest.fixture(autouse=True)
+def _progress_on_stdout() -> Iterator[None]:
+    """A command points the CLI's progress lines where it needs them (stderr under JSON output,
+    nowhere under -q) for the rest of its process: in the one test process, put them back."""
+    yield
+    output.configure(quiet=False, json=False)
 
 
 @pytest.fixture

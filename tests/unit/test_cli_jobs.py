@@ -117,12 +117,9 @@ def test_ctrl_c_on_a_stack_job_says_in_one_line_where_the_job_stands(
 ) -> None:
     import argparse
 
-    from lambdaml.cli import output
     from lambdaml.cli.train import train_on_stack
     from lambdaml.config import parse_job
 
-    # As a table-output command sets it: progress on stdout (a JSON-output test before may have left it on stderr).
-    output.configure(quiet=False, json=False)
     job = parse_job({"name": "j", "workers": 2, "dataset": "d"}, "job")
     args = argparse.Namespace(stack="s", cancel_on_interrupt=False, results_dir=None, output="table")
     backend = _InterruptedBackend(interrupt_in)
