@@ -60,9 +60,8 @@ class ChannelPerf:
     cpu_share_put: float = 0.0  # share of a put's time that is the worker's own CPU (client code, copies)
     cpu_share_get: float = 0.0
     shared_cores: float | None = field(default=None, metadata=INTERNAL)  # cores all workers share: faas.shared_cores
-    # Values over ``big_from_bytes`` (a worker's malloc maps each such buffer afresh, and faults
-    # its pages in, where it reuses smaller ones) move at the rates measured on a ``big_value_bytes``
-    # value (None: as the others).
+    # Values over ``big_from_bytes`` (where a malloc that maps large buffers on their own faults
+    # each one in afresh) move at the rates measured on a ``big_value_bytes`` value (None: as the others).
     big_value_bytes: float | None = None
     big_from_bytes: float | None = None
     bandwidth_put_big_Bps: float | None = None

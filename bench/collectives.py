@@ -311,7 +311,7 @@ def measure(
 
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
     """One worker process: builds its own clients, then runs the measurements the parent sends."""
-    keep_freed_buffers()  # as a job's worker does: its heap keeps freed buffers up to malloc's mmap threshold
+    keep_freed_buffers()  # as a job's worker does: its heap keeps the buffers it frees, large ones too
     channels: dict[str, Channel] = {}
     raws: dict[str, RawClient] = {}
     try:

@@ -103,13 +103,14 @@ def measure_channel(channel: Channel, effort: Effort) -> CallFigures:
 
 
 def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> dict[str, float]:
-    """The rates one worker moves the bytes of a value over malloc's mmap threshold at (its put
+    """The rates one worker moves the bytes of a value over malloc's largest mmap threshold at (its put
     and get through the worker's code, chunked where the channel chunks; ``perf``: the channel
     as measured so far): ``CallFigures``' big-value fields.
 
-    A worker reuses freed buffers up to that threshold (``keep_freed_buffers``), but every
-    larger buffer is mapped afresh and faults its pages in, each round: on Redis a 40 MB get
-    moved a third as many bytes a second as an 8 MB one."""
+    A process whose malloc maps such buffers on their own faults their pages in afresh each
+    round: on Redis a 40 MB get moved a third as many bytes a second as an 8 MB one. A worker
+    keeps them in its heap (``keep_freed_buffers``) where it can, and this process does as a
+    worker's does: the rates are its own."""
     job = f"calibrate-big-{secrets.token_hex(3)}"
     one = value(effort.big_bytes // 8)
     data = codec.encode(one)

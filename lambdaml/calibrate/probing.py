@@ -30,7 +30,7 @@ class Effort:
     large_bytes: int = 2_000_000
     processes: int = 4
     rounds_s: float = 0.5  # at least this long in the small-value exchange probes (their rounds take ~1 ms)
-    big_bytes: int = 48_000_000  # a value over malloc's mmap threshold (32 MiB; a 10^7-float vector is 40 MB)
+    big_bytes: int = 48_000_000  # a value over malloc's largest mmap threshold (32 MiB; a 10^7-float vector is 40 MB)
     big_repeats: int = 5
 
     @classmethod

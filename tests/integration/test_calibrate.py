@@ -44,7 +44,7 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     # The ring methods' neighbour exchange was run too: its own wait loss, at 2 workers and beyond.
     assert redis.ring_wait_s is not None and 0 <= redis.ring_wait_s < 1.0
     assert redis.ring_wait_per_worker_s is not None and redis.ring_wait_per_worker_s >= 0
-    # A value over malloc's mmap threshold was timed: its bytes' rates, and where they start.
+    # A value over malloc's largest mmap threshold was timed: its bytes' rates, and where they start.
     assert redis.big_from_bytes == 32 * 2**20 and redis.big_value_bytes is not None
     assert redis.big_value_bytes > redis.big_from_bytes
     assert redis.bandwidth_get_big_Bps is not None and redis.bandwidth_get_big_Bps > 1e6
