@@ -105,8 +105,8 @@ class S3Channel(Channel):
             size = content_range.rpartition("/")[2]
             if size.isdigit() and int(size) >= stop:
                 raise TransientChannelError(f"s3 {what}: the body was cut off at {len(body)} bytes")
-            # Retried, then it stands, as a range past the start: moto sizes an object it is still
-            # writing at what it has written (13 of 20 MB, seen at W = 8, d = 1e7).
+            # Retried, then it stands, as a range that starts past the end: moto sizes an object it is
+            # still writing at what it has written (13 of 20 MB, seen at W = 8, d = 1e7).
             raise TransientChannelError(
                 f"s3: range {start}:{stop} of {key} runs past the end of its {size or '?'} bytes"
             )
