@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from analytic_model.channel_perf import ChannelPerf
@@ -79,6 +80,11 @@ def poll_of(channel: ChannelPerf, keys: int, others: int) -> Poll:
     return Poll(seconds, max(unloaded / 2, queue))
 
 
+# A wait's length is taken to vary evenly across this fraction either side of its model, sampled this often.
+_WAIT_SPREAD = 0.5
+_WAIT_SAMPLES = 8
+
+
 @dataclass(frozen=True)
 class Polling:
     """``wait_for``'s schedule: polls ``initial``, then ``factor`` times longer, up to ``max``."""
@@ -93,15 +99,27 @@ class Polling:
         return cls(poll.initial_s, poll.factor, poll.max_s)
 
     def wait(self, waiting_s: float, poll: Poll) -> tuple[float, float]:
-        """(expected delay after the data landed, polls that found nothing) for a wait of ``waiting_s``.
+        """(expected delay after the data landed, expected polls that found nothing) for a wait of
+        about ``waiting_s``.
+
+        A wait's length varies from round to round with how the workers and the store are
+        scheduled, and one fixed schedule's count of misses jumps by a whole poll where the
+        wait crosses a poll: the expectation is over waits spread evenly across ±50% of it.
+        """
+        if waiting_s <= 0:
+            return 0.0, 0.0
+        lengths = (waiting_s * (1 - _WAIT_SPREAD * (1 - (2 * i + 1) / _WAIT_SAMPLES)) for i in range(_WAIT_SAMPLES))
+        lates, misses = zip(*(self.scheduled_wait(length, poll) for length in lengths), strict=True)
+        return statistics.fmean(lates), statistics.fmean(misses)
+
+    def scheduled_wait(self, waiting_s: float, poll: Poll) -> tuple[float, float]:
+        """(delay after the data landed, polls that found nothing) for a wait of exactly ``waiting_s``.
 
         A worker polls at once, then sleeps ``initial``, ``initial * factor`` ... between polls.
         A poll that sees the store before the data landed misses; the next sees it, on average
         half a gap after it landed. The delay returned excludes the part of the successful
         poll that the get which follows it already counts.
         """
-        if waiting_s <= 0:
-            return 0.0, 0.0
         seen, delay, misses = poll.sees_after_s, self.initial_s, 0
         while seen < waiting_s:
             misses += 1

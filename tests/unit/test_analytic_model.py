@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -122,16 +123,33 @@ def test_rounds_follow_the_algorithm() -> None:
 
 def test_polling_follows_the_backoff_schedule() -> None:
     polling = Polling(0.0005, 1.5, 0.025)
-    assert polling.wait(0.0, Poll(0.001, 0.0005)) == (0.0, 0.0)
+    assert polling.scheduled_wait(0.0, Poll(0.001, 0.0005)) == (0.0, 0.0)
     # Instant polls sleep 0.5, 0.75, 1.125, 1.69, 2.53, 3.80 ms: 10.4 ms in all, so six polls miss a
     # 10 ms wait and the data is seen half the last gap after it landed.
-    late, misses = polling.wait(0.010, Poll(0.0, 0.0))
+    late, misses = polling.scheduled_wait(0.010, Poll(0.0, 0.0))
     assert misses == 6 and late == pytest.approx(0.0038 / 2, rel=0.01)
     # Past the longest interval, one poll every 25 ms plus the poll itself.
-    late, misses = polling.wait(10.0, Poll(0.005, 0.0025))
+    late, misses = polling.scheduled_wait(10.0, Poll(0.005, 0.0025))
     assert late == pytest.approx(0.015 - 0.0025) and 330 < misses <= 345
     # A poll that waits its turn at a busy store sees the data that lands meanwhile: fewer misses.
-    assert polling.wait(0.010, Poll(0.006, 0.005))[1] < polling.wait(0.010, Poll(0.006, 0.003))[1]
+    assert polling.scheduled_wait(0.010, Poll(0.006, 0.005))[1] < polling.scheduled_wait(0.010, Poll(0.006, 0.003))[1]
+
+
+def test_a_wait_expects_the_misses_of_waits_spread_around_its_length() -> None:
+    polling = Polling(0.0005, 1.5, 0.025)
+    poll = Poll(0.0037, 0.00186)  # S3 on moto at W = 2: its 6.3 ms AllReduce wait sees the data on the third poll
+    assert polling.scheduled_wait(0.0063, poll)[1] == 2
+    late, misses = polling.wait(0.0063, poll)
+    assert 1.0 < misses < 2.0 and 0 < late < 0.0037  # shorter waits of the spread see it on the second
+    assert polling.wait(0.0, poll) == (0.0, 0.0)
+    # Where one schedule jumps by a whole poll, the expectation moves by a fraction of one, and
+    # it never falls as the wait grows.
+    lengths = [0.0001 * i for i in range(1, 400)]
+    expected = [polling.wait(t, poll)[1] for t in lengths]
+    steps = [b - a for a, b in itertools.pairwise(expected)]
+    assert min(steps) >= -1e-12 and max(steps) < 0.5
+    # Long waits: the spread averages out to the schedule's own count.
+    assert polling.wait(10.0, poll)[1] == pytest.approx(polling.scheduled_wait(10.0, poll)[1], rel=0.02)
 
 
 class RangedMemoryView(MemoryView):
