@@ -6,7 +6,11 @@ to the kernel once it exceeds a threshold that it tunes on the fly, so a worker 
 holds little else (a small shard, a large model) gives those pages back and faults them in
 again next round: measured on loopback with an 800 KB vector, 60,000-70,000 page faults a
 second and rounds twice as long. A fixed trim threshold keeps up to ``TRIM_THRESHOLD`` of free
-heap, enough for several buffers of any model.
+heap. It is that high because one get of a large value passes through several buffers at
+once: redis-py reads a 48 MB value into a buffer that grows to 64 MB, then copies it out, so
+a threshold of 128 MiB still gave 47,000 pages back per get (142 ms a get, 47 ms with none
+given back). What the heap keeps, the process held at its peak a moment before: keeping it
+raises no peak, and a Lambda function's memory is its peak.
 
 Buffers over malloc's mmap threshold (at most ``MMAP_THRESHOLD``, 32 MiB: a 40 MB vector at
 d = 1e7 float32 is over it) would be mapped on their own, unmapped when freed and faulted in
@@ -34,7 +38,7 @@ log = logging.getLogger(__name__)
 # glibc's largest mmap threshold on 64-bit: where a process that maps large buffers (malloc's
 # default, or a C library without ``mallopt``) starts to; calibration times values over it.
 MMAP_THRESHOLD = 32 * 1024 * 1024
-TRIM_THRESHOLD = 128 * 1024 * 1024
+TRIM_THRESHOLD = 1024 * 1024 * 1024
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
