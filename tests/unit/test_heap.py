@@ -9,49 +9,56 @@ import pytest
 
 from lambdaml.runtime.heap import keep_freed_buffers
 
+# Every script opens with this: malloc as its first argument names it, and a way to count the
+# page faults of a round. "keep": as a worker keeps buffers; "trim128": so, but the heap given
+# back above 128 MiB free; "mapped": every buffer over 1 MB mapped on its own, as glibc's
+# self-tuning threshold does now and then (which it does depends on timing); "default": glibc's own.
+_PRELUDE = """
+import ctypes, resource, statistics, sys
+from lambdaml.runtime.heap import keep_freed_buffers
+if sys.argv[1] in ("keep", "trim128"):
+    assert keep_freed_buffers()
+if sys.argv[1] == "trim128":
+    assert ctypes.CDLL(None).mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+if sys.argv[1] == "mapped":
+    assert ctypes.CDLL(None).mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+
+def faults_per_round(round_, rounds, summary=statistics.median):
+    faults = []
+    for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        round_()
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return summary(faults)
+"""
+
 # A round's buffers in a near-empty process: an encoded 800 KB vector, the bytes read back,
-# the decoded copy and a sum. Prints the page faults per round.
+# the decoded copy and a sum. Prints the mean page faults of a round.
 _ROUNDS = """
-import resource, sys
 import numpy as np
 from lambdaml import codec
-from lambdaml.runtime.heap import keep_freed_buffers
-if sys.argv[1] == "keep":
-    assert keep_freed_buffers()
 x = np.random.default_rng(0).standard_normal(100_000)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(300):
+def round_():
+    global raw, y, total  # each round's buffers live until the next round's replace them
     raw = codec.encode(x)
     y = codec.decode(bytes(raw), dtype=x.dtype, shape=x.shape).copy()
     total = np.add(x, y)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 300)
+print(faults_per_round(round_, 300, statistics.fmean))
 """
 
 
 # The values a channel's threads read: 10 MB receive buffers allocated, filled and freed on a
 # pool's threads, as a chunked Memcached value is read at d = 1e7. Prints the median page faults
-# of a round. "mapped" fixes malloc's mmap threshold at 1 MB, so every buffer is mapped on its
-# own, as glibc's self-tuning threshold does now and then (which it does depends on timing).
+# of a round.
 _THREAD_ROUNDS = """
-import ctypes, resource, statistics, sys
 from concurrent.futures import ThreadPoolExecutor
-from lambdaml.runtime.heap import keep_freed_buffers
-if sys.argv[1] == "keep":
-    assert keep_freed_buffers()
-else:
-    assert ctypes.CDLL(None).mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
 def receive(_):
     value = bytearray(10_000_000)
     value[::4096] = bytes(len(value[::4096]))
     return len(value)
-faults = []
 with ThreadPoolExecutor(4) as pool:
     list(pool.map(receive, range(8)))
-    for _ in range(20):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        list(pool.map(receive, range(8)))
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(statistics.median(faults))
+    print(faults_per_round(lambda: list(pool.map(receive, range(8))), 20))
 """
 
 
@@ -59,12 +66,8 @@ print(statistics.median(faults))
 # vector, its encoding read back and the result the collective returns. Prints the median page
 # faults of a round.
 _BIG_ROUNDS = """
-import resource, statistics, sys
 import numpy as np
 from lambdaml import codec
-from lambdaml.runtime.heap import keep_freed_buffers
-if sys.argv[1] == "keep":
-    assert keep_freed_buffers()
 x = np.random.default_rng(0).standard_normal(10_000_000, dtype=np.float32)
 def round_():
     global raw, out  # each round's buffers live until the next round's replace them, as a job's do
@@ -72,23 +75,14 @@ def round_():
     out = np.empty_like(x)
     out[:] = codec.decode(raw, dtype=x.dtype, shape=x.shape)
 round_(), round_()  # the heap grows to hold two rounds' buffers
-faults = []
-for _ in range(10):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    round_()
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(statistics.median(faults))
+print(faults_per_round(round_, 10))
 """
 
 
-# A 48 MB value read through the Redis channel, round after round. "trim128" keeps buffers as
-# a worker does but gives the heap back above 128 MiB free. Prints the median page faults of a get.
+# A 48 MB value read through the Redis channel (its port the second argument), round after
+# round. Prints the median page faults of a get.
 _REDIS_READS = """
-import ctypes, os, resource, statistics, sys
-from lambdaml.runtime.heap import keep_freed_buffers
-assert keep_freed_buffers()
-if sys.argv[1] == "trim128":
-    assert ctypes.CDLL(None).mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+import os
 import numpy as np
 from lambdaml import codec, keys
 from lambdaml.channels import open_channel
@@ -100,18 +94,13 @@ with open_channel(ChannelSpec(kind="redis", port=int(sys.argv[2]))) as channel:
     def read():
         assert len(channel.get(key)) == len(vector)  # read, checked and freed, as a worker frees a decoded value
     read(), read()
-    faults = []
-    for _ in range(6):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        read()
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(faults_per_round(read, 6))
     channel.delete_stored([key])
-print(statistics.median(faults))
 """
 
 
 def _faults_per_round(mode: str, script: str = _ROUNDS, *args: str) -> float:
-    command = [sys.executable, "-c", script, mode, *args]
+    command = [sys.executable, "-c", _PRELUDE + script, mode, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     return float(done.stdout)
 
