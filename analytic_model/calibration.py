@@ -71,6 +71,7 @@ class ChannelCalibration:
     cleanup_cpu_s: float
     max_item_bytes: int | None
     server_growth: float | None = None  # measured with more than two processes only
+    server_range_Bps: float | None = None  # where a ranged read costs the store the whole object
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class ChannelPerf:
     server_delete_s: float | None = None  # the store's time for one batch delete (None: as a put)
     server_put_Bps: float | None = None
     server_get_Bps: float | None = None
+    # Where a ranged read costs the store the whole object (moto reads it all and slices it), the
+    # rate it reads the object at (None: the store reads only the range, as S3 does).
+    server_range_Bps: float | None = None
     max_item_bytes: int | None = None
     get_batch: int = 1  # keys one get request carries (MGET, multi-get, BatchGetItem); S3 reads one
     put_batch: int = 1  # values one put request carries (pipelined SETs, multi-set); S3 and DynamoDB write one

@@ -82,8 +82,11 @@ def round_seconds(chain: float, busy: float, channel: ChannelPerf) -> float:
     return max(chain + channel.cleanup_delay_s, busy)
 
 
-def store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int) -> float:
-    """Store time of a whole round, with every rank's batch delete of what it wrote the round before.
+def store_busy(
+    channel: ChannelPerf, requests: Requests, put_trips: float, get_trips: float, workers: int, ranged_s: float = 0.0
+) -> float:
+    """Store time of a whole round, with every rank's batch delete of what it wrote the round before
+    (``ranged_s``: what the round's ranged reads cost it beyond their ranges, ``ranged_read_s``).
 
     The deletes run on background threads, off the round's critical path, but the store
     serves them all the same.
@@ -92,7 +95,15 @@ def store_busy(channel: ChannelPerf, requests: Requests, put_trips: float, get_t
         store_s(channel, "put", put_trips, requests.bytes_sent, workers)
         + store_s(channel, "get", get_trips, requests.bytes_received, workers)
         + workers * channel.server_request("delete", workers)
+        + ranged_s
     )
+
+
+def ranged_read_s(channel: ChannelPerf, reads: float, object_bytes: float) -> float:
+    """The store's time for ``reads`` ranged reads of objects of ``object_bytes`` where it reads
+    the whole object for one (``server_range_Bps``: moto; S3 reads just the range)."""
+    rate = channel.server_range_Bps
+    return reads * object_bytes / rate if rate else 0.0
 
 
 def cleanup_requests(workers: int) -> Requests:
@@ -266,7 +277,9 @@ def _scatter_reduce(channel: ChannelPerf, w: int, piece: float, add_Bps: float, 
         "get", still_missing(w - 1)
     )
     put_trips = w * ((items if packed else channel.round_trips("put", (w - 1) * items)) + items)
-    busy = store_busy(channel, requests, put_trips, get_trips, w)
+    # Packed, every piece is a range of its sender's value of W-1 pieces.
+    ranged = ranged_read_s(channel, w * (w - 1), (w - 1) * piece) if packed else 0.0
+    busy = store_busy(channel, requests, put_trips, get_trips, w, ranged)
     phases = {
         "scatter": scatter,
         "late_pieces": late,
@@ -339,7 +352,12 @@ def _scatter_reduce_2d(
         else channel.round_trips("put", (c - 1) * segment_items) + channel.round_trips("put", (r - 1) * piece_items)
     )
     put_trips = w * (scatter_trips + piece_items + segment_items)
-    busy = store_busy(channel, requests, put_trips, get_trips, w)
+    ranged = (
+        ranged_read_s(channel, w * (c - 1), (c - 1) * segment) + ranged_read_s(channel, w * (r - 1), (r - 1) * piece)
+        if packed
+        else 0.0
+    )
+    busy = store_busy(channel, requests, put_trips, get_trips, w, ranged)
     phases = {
         "row_scatter": row_scatter,
         "late_row_pieces": late_row,

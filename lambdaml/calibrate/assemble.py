@@ -21,7 +21,14 @@ from analytic_model.calibration import (
 )
 from analytic_model.channel_perf import ChannelPerf
 from analytic_model.profile import Host, MeasuredCompute, aws_profile
-from lambdaml.calibrate.channels import measure_big_values, measure_channel, measure_cleanup, measure_store, sizes
+from lambdaml.calibrate.channels import (
+    measure_big_values,
+    measure_channel,
+    measure_cleanup,
+    measure_ranged_reads,
+    measure_store,
+    sizes,
+)
 from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_codec_passes, measure_compute
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
@@ -110,10 +117,13 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         )  # fmt: skip
         say(f"channel {spec.kind}: a big value")
         big: dict[str, Any] = measure_big_values(channel, effort, perf)  # Any: for replace() on ChannelPerf
-    calls, perf = replace(calls, **big), replace(perf, **big)
+        server_range_Bps = measure_ranged_reads(channel, effort)
+    calls, perf = replace(calls, **big), replace(perf, **big, server_range_Bps=server_range_Bps)
     say(f"channel {spec.kind}: workers exchanging values")
     exchange = measure_exchange(spec, perf, effort, large_floats)
-    return ChannelCalibration(calls, store, exchange, server_delete_s, cleanup_cpu_s, max_item_bytes, growth)
+    return ChannelCalibration(
+        calls, store, exchange, server_delete_s, cleanup_cpu_s, max_item_bytes, growth, server_range_Bps
+    )
 
 
 def _compute(probes: Sequence[ComputeProbe], say: Callable[[str], None]) -> ComputeCalibration:

@@ -102,6 +102,35 @@ def measure_channel(channel: Channel, effort: Effort) -> CallFigures:
     )
 
 
+def measure_ranged_reads(channel: Channel, effort: Effort, object_bytes: int = 32_000_000) -> float | None:
+    """The rate the store reads whole objects at to serve a small ranged read of one, where it
+    reads more than the range (moto reads and copies the whole value, then slices it; S3 reads
+    the range): None where a range of a large object costs no more than a small object's get.
+
+    ScatterReduce's packed layout serves every piece as a range of a W-1 times larger object:
+    on moto at W = 8, d = 1e7 the store read 7x the bytes the ranges hold.
+    """
+    if not channel.native_ranges:
+        return None
+    job = f"calibrate-range-{secrets.token_hex(3)}"
+    whole, small = keys.comm_key(job, 0, "range", rank=0), keys.comm_key(job, 1, "range", rank=0)
+    ranged, plain = [], []
+    try:
+        channel.put_many([(whole, bytes(object_bytes)), (small, bytes(1024))])
+        for _ in range(effort.repeats):  # alternated, so a burst of load elsewhere hits both alike
+            started = time.perf_counter()
+            channel.get_range(whole, 0, 1024)
+            ranged.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            channel.get(small)
+            plain.append(time.perf_counter() - started)
+    finally:
+        channel.clear(keys.comm_prefix(job))
+    excess = statistics.median(ranged) - statistics.median(plain)
+    # Below a tenth of a small get, the difference is noise: the store reads the range.
+    return object_bytes / excess if excess > 0.1 * statistics.median(plain) else None
+
+
 def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> dict[str, float]:
     """The rates one worker moves the bytes of a value over malloc's largest mmap threshold at (its put
     and get through the worker's code, chunked where the channel chunks; ``perf``: the channel

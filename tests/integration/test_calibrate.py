@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import pytest
 
 from analytic_model import load_profile
 from lambdaml.calibrate import cores
+from lambdaml.calibrate.channels import measure_ranged_reads
 from lambdaml.calibrate.gloo import torch_available
+from lambdaml.calibrate.probing import Effort
+from lambdaml.channels import open_channel
 from lambdaml.cli import main
+from lambdaml.config import ChannelSpec
 from lambdaml.local.services import free_port
 
 
@@ -49,6 +54,7 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     assert redis.big_value_bytes > redis.big_from_bytes
     assert redis.bandwidth_get_big_Bps is not None and redis.bandwidth_get_big_Bps > 1e6
     assert redis.bandwidth_put_big_Bps is not None and redis.bandwidth_put_big_Bps > 1e6
+    assert redis.server_range_Bps is None  # no native ranged reads: nothing read beyond them
     lr = profile.measured["lr:29:dense"]
     assert 0 < lr.per_sample_s < 1e-4 and lr.per_step_s > 0
     assert profile.number("faas.cold_start_s.numpy") > 0 and profile.number("faas.network_Bps") > 1e6
@@ -80,6 +86,21 @@ def test_calibrate_measures_this_machine_and_advise_uses_it(
     }
     if cores() <= 2:
         assert per_worker[4] == pytest.approx(per_worker[2], rel=0.01)
+
+
+def test_calibrate_finds_which_store_reads_a_whole_object_for_a_range(moto_url: str, redis_port: int) -> None:
+    effort = Effort()
+    # moto reads and copies the whole value to serve a range of it: what 32 MB cost the range
+    # is a rate, of memory copies.
+    with open_channel(
+        ChannelSpec(kind="s3", bucket=f"lambdaml-range-{secrets.token_hex(3)}", endpoint_url=moto_url)
+    ) as s3:
+        s3.ensure()
+        rate = measure_ranged_reads(s3, effort)
+    assert rate is not None and 1e8 < rate < 1e11
+    # Redis has no native ranges here: nothing to measure.
+    with open_channel(ChannelSpec(kind="redis", port=redis_port)) as redis:
+        assert measure_ranged_reads(redis, effort) is None
 
 
 def test_calibrate_errors_are_one_line(

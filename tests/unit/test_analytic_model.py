@@ -270,6 +270,30 @@ def test_the_stores_byte_slowdown_stretches_its_bytes_not_its_requests_nor_the_w
     assert big_slowed.phases["gather_pieces"] >= big.phases["gather_pieces"]
 
 
+def test_a_store_that_reads_whole_objects_for_a_range_pays_for_the_packed_values() -> None:
+    polling = Polling(0.0005, 1.5, 0.025)
+    s3 = replace(_channel(server_get_s=0.002, server_put_s=0.002), kind="s3")  # S3 packs pieces
+    moto = replace(s3, server_range_Bps=4e9)
+    m, w = 4e7, 8
+
+    def busy(channel: ChannelPerf, pattern: str) -> float:
+        return collective(channel, pattern, w, m, 1e12, polling, 0).phases["store_busy"]
+
+    # Each of the W(W-1) pieces is read out of its sender's value of W-1 pieces.
+    piece, index = m / w, packed_index_bytes(w - 1)
+    assert busy(moto, "scatter_reduce") - busy(s3, "scatter_reduce") == pytest.approx(
+        w * (w - 1) * ((w - 1) * piece) / 4e9, rel=0.01
+    )
+    assert index < 0.01 * piece
+    # On a 2 x 4 grid: the row values hold 3 segments of m/4, the column values one piece.
+    assert busy(moto, "scatter_reduce_2d") - busy(s3, "scatter_reduce_2d") == pytest.approx(
+        (w * 3 * (3 * m / 4) + w * 1 * piece) / 4e9, rel=0.01
+    )
+    assert busy(moto, "allreduce") == busy(s3, "allreduce")  # nothing read in ranges
+    # Unpacked (a channel without ranged reads) the figure changes nothing.
+    assert busy(replace(moto, kind="test"), "scatter_reduce") == busy(replace(s3, kind="test"), "scatter_reduce")
+
+
 def test_values_over_mallocs_mmap_threshold_move_at_the_big_value_rates() -> None:
     plain = _channel()
     big = _channel(
