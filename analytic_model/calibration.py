@@ -81,6 +81,7 @@ class ComputeCalibration:
     vcpu_gflops: Mapping[str, float] = field(default_factory=dict)  # from the dense models measured
     per_step_s: Mapping[str, float] = field(default_factory=dict)
     codec_passes: Mapping[str, CodecPasses] = field(default_factory=dict)  # per compressor
+    mac_Bps: float | None = None  # calibrations before it lack it
 
 
 @dataclass(frozen=True)

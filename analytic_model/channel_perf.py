@@ -63,6 +63,9 @@ class ChannelPerf:
     cpu_share_put: float = 0.0  # share of a put's time that is the worker's own CPU (client code, copies)
     cpu_share_get: float = 0.0
     shared_cores: float | None = field(default=None, metadata=INTERNAL)  # cores all workers share: faas.shared_cores
+    # Where a job's values carry a MAC (``Profile.channel(authenticated=True)``), the rate a worker
+    # hashes them at, sealing each value it puts and opening each it gets: compute.mac_Bps.
+    mac_Bps: float | None = field(default=None, metadata=INTERNAL)
     # Values over ``big_from_bytes`` (where a malloc that maps large buffers on their own faults
     # each one in afresh) move at the rates measured on a ``big_value_bytes`` value (None: as the others).
     big_value_bytes: float | None = None
@@ -85,6 +88,14 @@ class ChannelPerf:
         if big is not None and self.big_from_bytes is not None and size > self.big_from_bytes:
             return size / float(big)
         return size / self.bandwidth(op)
+
+    def mac_s(self, nbytes: float, clients: float = 1) -> float:
+        """A worker's CPU hashing ``nbytes`` of authenticated values while ``clients`` workers
+        compute at once (on shared cores, each gets its share of them)."""
+        if not self.mac_Bps:
+            return 0.0
+        share = max(1.0, clients / self.shared_cores) if self.shared_cores else 1.0
+        return nbytes / self.mac_Bps * share
 
     def server_request(self, op: str, clients: int = 2) -> float:
         """The store's time per request (``put``, ``get``, ``delete``) while ``clients`` workers use it

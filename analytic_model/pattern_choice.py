@@ -33,12 +33,19 @@ def candidates(workers: int, *, compressed: bool) -> tuple[str, ...]:
 
 
 def choose_pattern(
-    profile: Profile, channel: str, workers: int, vector_bytes: float, patterns: Sequence[str] = PATTERNS
+    profile: Profile,
+    channel: str,
+    workers: int,
+    vector_bytes: float,
+    patterns: Sequence[str] = PATTERNS,
+    *,
+    authenticated: bool = False,
 ) -> PatternChoice:
-    """The fastest of ``patterns`` for one BSP round of a ``vector_bytes`` vector over ``channel`` at ``workers``."""
+    """The fastest of ``patterns`` for one BSP round of a ``vector_bytes`` vector over ``channel`` at
+    ``workers`` (``authenticated``: the job's values carry a MAC, hashed on every put and get)."""
     if workers <= 1:  # no collective at all
         return PatternChoice(patterns[0], 0.0, dict.fromkeys(patterns, 0.0))
-    perf = profile.channel(channel)
+    perf = profile.channel(channel, authenticated=authenticated)
     polling = Polling.of(profile)
     predictions = {
         pattern: collective(

@@ -116,6 +116,13 @@ def heartbeats_s(profile: Profile, workers: int, beats: float) -> float:
     return beats * (faas.heartbeat_s + max(workers - 1, 0) * faas.heartbeat_per_worker_s)
 
 
+def values_authenticated(profile: Profile, channel: str) -> bool:
+    """Whether a job on ``channel`` MACs its values by default (``ChannelSpec.authenticates_values``):
+    on a store with no authentication of its own, Memcached everywhere, and Redis on the local
+    target, whose server has no password (the deployed stack's Redis has an AUTH token)."""
+    return channel == "memcached" or (channel == "redis" and profile.target == "local")
+
+
 def predict_faas(
     workload: Workload,
     workers: int,
@@ -127,11 +134,13 @@ def predict_faas(
     region: str = "us-east-1",
     cache_node: str | None = None,
     architecture: str = "x86_64",
+    authenticated: bool | None = None,
 ) -> Prediction:
     """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``.
 
     ``architecture`` sets the GB-second price and, by the profile's ``compute.arm64_speed``, the
     compute speed. A channel in ``MODELLED_ONLY`` (S3 Express) is predicted with a note saying so.
+    ``authenticated``: whether the job's values carry a MAC (None: as ``values_authenticated``).
     """
     info = workload.check(profile)
     if workers < 1:
@@ -140,7 +149,9 @@ def predict_faas(
     low, high = limits.min_memory_mb, limits.max_memory_mb
     if not low <= memory_mb <= high:
         raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory_mb}")
-    perf = profile.channel(channel)
+    if authenticated is None:
+        authenticated = values_authenticated(profile, channel)
+    perf = profile.channel(channel, authenticated=authenticated)
     table = prices(region)
     if channel in MODELLED_ONLY and channel not in table:
         priced = ", ".join(sorted(r for r, section in price_table()["regions"].items() if channel in section))

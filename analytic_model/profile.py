@@ -150,6 +150,9 @@ class ComputeFigures:
     arm64_speed: float = 1.0  # an arm64 (Graviton) Lambda vCPU against an x86_64 one
     # Per compressor, where a calibration measured them (``wire.CODEC_PASSES`` where not).
     codec_passes: Mapping[str, CodecPasses] = field(default_factory=dict)
+    # Bytes of a value HMAC-SHA256 hashes a second on one core: sealing and opening a job's
+    # authenticated values (``ChannelSpec.authenticates_values``) each hash the value once.
+    mac_Bps: float = 1.0e9
 
 
 @dataclass(frozen=True)
@@ -250,12 +253,15 @@ class Profile:
         except KeyError:
             raise ConfigError(f"profile {self.target!r} has no figure {f'{path}.{key}'!r}") from None
 
-    def channel(self, kind: str) -> ChannelPerf:
+    def channel(self, kind: str, *, authenticated: bool = False) -> ChannelPerf:
+        """The channel's figures; ``authenticated``: for a job whose values carry a MAC, which its
+        workers hash at ``compute.mac_Bps`` on every put and get."""
         try:
-            return self.channels[kind]
+            perf = self.channels[kind]
         except KeyError:
             known = ", ".join(sorted(self.channels))
             raise ConfigError(f"unknown channel {kind!r}; the profile knows: {known}") from None
+        return replace(perf, mac_Bps=self.compute.mac_Bps) if authenticated else perf
 
     def instance(self, name: str) -> InstanceSpec:
         try:

@@ -28,6 +28,7 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     ``crowd``: workers making calls at the same time. On a shared machine they slow each
     other: their bytes crowd (``crowding``), and the CPU part of every call waits for a core.
     ``slowdown``: what the pattern's rounds do to the bytes beyond that (``ChannelPerf.slowdown``).
+    Where the job's values carry a MAC, the worker hashes each one as well (``ChannelPerf.mac_s``).
     """
     if count <= 0:
         return 0.0
@@ -36,7 +37,7 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
     if _parts(channel, size) > 1:
         seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
-    return seconds * channel.cpu_stretch(op, crowd)
+    return seconds * channel.cpu_stretch(op, crowd) + channel.mac_s(count * size, crowd)
 
 
 def store_s(channel: ChannelPerf, op: str, requests: float, nbytes: float, clients: int = 2) -> float:

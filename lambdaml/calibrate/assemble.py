@@ -29,7 +29,13 @@ from lambdaml.calibrate.channels import (
     measure_store,
     sizes,
 )
-from lambdaml.calibrate.compute import ComputeProbe, measure_add_Bps, measure_codec_passes, measure_compute
+from lambdaml.calibrate.compute import (
+    ComputeProbe,
+    measure_add_Bps,
+    measure_codec_passes,
+    measure_compute,
+    measure_mac_Bps,
+)
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
 from lambdaml.calibrate.heartbeat import measure_heartbeat
@@ -119,6 +125,8 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
         big: dict[str, Any] = measure_big_values(channel, effort, perf)  # Any: for replace() on ChannelPerf
         server_range_Bps = measure_ranged_reads(channel, effort)
     calls, perf = replace(calls, **big), replace(perf, **big, server_range_Bps=server_range_Bps)
+    if spec.authenticates_values:  # the probes' values carry a MAC, as a job's do: the model hashes them
+        perf = replace(perf, mac_Bps=measure_mac_Bps())
     say(f"channel {spec.kind}: workers exchanging values")
     exchange = measure_exchange(spec, perf, effort, large_floats)
     return ChannelCalibration(
@@ -140,7 +148,7 @@ def _compute(probes: Sequence[ComputeProbe], say: Callable[[str], None]) -> Comp
             per_step[figures.runtime] = figures.per_step_s
     add_Bps = measure_add_Bps()
     say("compute: the compressors' passes")
-    return ComputeCalibration(measured, add_Bps, gflops, per_step, measure_codec_passes(add_Bps))
+    return ComputeCalibration(measured, add_Bps, gflops, per_step, measure_codec_passes(add_Bps), measure_mac_Bps())
 
 
 def calibrate(

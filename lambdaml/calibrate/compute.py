@@ -3,6 +3,7 @@ giving the time per sample and per step on one core; and the rate of the reduce'
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from lambdaml.calibrate.probing import least_time, median_time, value
 from lambdaml.channels import open_channel
 from lambdaml.config import AlgorithmSpec, ChannelSpec, ModelSpec
 from lambdaml.errors import ConfigError, LambdaMLError
+from lambdaml.seal import Sealer, new_secret
 
 _IMAGE_MODELS = {"mobilenet", "resnet18"}  # CIFAR-10 shaped probes
 
@@ -133,6 +135,17 @@ def measure_add_Bps() -> float:
     """
     a, b = value(10_000_000), value(10_000_000, seed=1)
     return a.nbytes / least_time(lambda: np.add(a, b, out=a), 20)
+
+
+@functools.cache
+def measure_mac_Bps() -> float:
+    """Bytes of a value a second the job's MAC hashes (``Sealer.open_view`` of an authenticated
+    8 MB value, the least of 10): sealing and opening each hash the value once. Measured once
+    per calibration: the channels' exchange probes need it as much as the profile does."""
+    sealer = Sealer(new_secret())
+    data = value(1_000_000).tobytes()
+    sealed = sealer.seal("calibrate/mac", data)
+    return len(data) / least_time(lambda: sealer.open_view("calibrate/mac", sealed), 10)
 
 
 CODEC_VALUES = 100_000  # float64 values a compressor is timed on: the size its passes were first measured at

@@ -31,14 +31,16 @@ def pattern_for(job: JobSpec, vector_bytes: int) -> tuple[str, float | None]:
     """The pattern the job's ranks run, and its predicted round in seconds (None: a channel no profile knows)."""
     profile = _profile(os.environ.get(settings.ENV_PROFILE) or None)
     compressed = job.algorithm.compression_spec is not None
+    choose = functools.partial(
+        choose_pattern, profile, job.channel.kind, job.workers, vector_bytes,
+        authenticated=job.channel.authenticates_values,
+    )  # fmt: skip
     try:
         if job.sync.pattern == AUTO:
-            choice = choose_pattern(
-                profile, job.channel.kind, job.workers, vector_bytes, candidates(job.workers, compressed=compressed)
-            )
+            choice = choose(candidates(job.workers, compressed=compressed))
             log.info("pattern auto: %s (predicted %s)", choice.pattern, _rounded(choice))
             return choice.pattern, choice.predicted_round_s
-        fixed = choose_pattern(profile, job.channel.kind, job.workers, vector_bytes, (job.sync.pattern,))
+        fixed = choose((job.sync.pattern,))
         return job.sync.pattern, fixed.predicted_round_s
     except ConfigError:  # the memory channel: no figures, and nothing for a choice to save
         return (

@@ -140,3 +140,35 @@ def test_calibration_measures_every_compressor_s_passes() -> None:
     assert set(passes) == set(catalogue.COMPRESSORS)
     assert all(math.isfinite(p.compress) and math.isfinite(p.decompress) for p in passes.values())
     assert all(p.compress >= 0 and p.decompress >= 0 for p in passes.values())
+
+
+def test_a_calibrated_mac_rate_times_the_hashing_of_authenticated_values(tmp_path: Path) -> None:
+    base = _calibration()
+    profile = load_profile(save_profile(replace(base, compute=replace(base.compute, mac_Bps=4e8)), tmp_path / "m.json"))
+    older = load_profile(save_profile(base, tmp_path / "plain.json"))  # a calibration before the MAC was timed
+    assert profile.compute.mac_Bps == 4e8 and older.compute.mac_Bps == aws_profile().compute.mac_Bps
+    assert profile.channel("redis").mac_Bps is None and profile.channel("redis", authenticated=True).mac_Bps == 4e8
+
+    def round_s(authenticated: bool | None) -> float:
+        workload = Workload("lr", dataset_bytes=1e6, samples=3200, features=1_000_000, batch_size=100)
+        return predict_faas(workload, 4, "redis", "scatter_reduce", 3008, profile, authenticated=authenticated).round_s
+
+    # A local job on Redis without a password MACs its values: by default the round hashes them.
+    assert round_s(None) == round_s(True) > round_s(False)
+
+
+def test_jobs_mac_their_values_where_the_store_has_no_authentication_of_its_own() -> None:
+    from analytic_model.prediction import values_authenticated
+
+    local = replace(aws_profile(), target="local")
+    assert values_authenticated(aws_profile(), "memcached") and not values_authenticated(aws_profile(), "redis")
+    assert values_authenticated(local, "redis") and values_authenticated(local, "memcached")
+    assert not any(values_authenticated(p, c) for p in (local, aws_profile()) for c in ("s3", "dynamodb"))
+
+
+def test_calibration_times_the_mac_as_sealing_does() -> None:
+    from lambdaml.calibrate.compute import measure_mac_Bps
+
+    rate = measure_mac_Bps()
+    # HMAC-SHA256 streams 0.3-2 GB/s on one core; below 20 MB/s the probe timed something else.
+    assert 2e7 < rate < 2e10

@@ -10,7 +10,7 @@ import pytest
 from analytic_model import load_profile
 from analytic_model.collectives import collective
 from analytic_model.pattern_choice import candidates, choose_pattern
-from analytic_model.transfers import Polling
+from analytic_model.transfers import Polling, call_s
 from lambdaml.comm.choice import pattern_for
 from lambdaml.config import parse_job
 from lambdaml.errors import ConfigError
@@ -56,6 +56,22 @@ def test_a_job_file_names_auto_or_a_pattern_and_the_worker_resolves_it() -> None
     assert pattern_for(memory, 40_000_000) == ("allreduce", None)
     with pytest.raises(ConfigError, match="or auto"):
         parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "ring"}}, "job")
+
+
+def test_a_job_whose_values_carry_a_mac_has_its_rounds_predicted_hashing_them() -> None:
+    perf = PROFILE.channel("memcached", authenticated=True)
+    plain = PROFILE.channel("memcached")
+    assert perf.mac_Bps == PROFILE.compute.mac_Bps and plain.mac_Bps is None
+    # One worker's get of 3 values of 1 MB: longer by hashing the 3 MB, and by nothing else.
+    extra = call_s(perf, "get", 3, 1e6) - call_s(plain, "get", 3, 1e6)
+    assert extra == pytest.approx(3e6 / PROFILE.compute.mac_Bps)
+    sealed = choose_pattern(PROFILE, "memcached", 4, 4e6, ("allreduce",), authenticated=True)
+    bound = choose_pattern(PROFILE, "memcached", 4, 4e6, ("allreduce",))
+    assert sealed.predicted_round_s > bound.predicted_round_s
+    # Memcached has no authentication of its own: a job on it MACs its values, and its prediction says so.
+    job = parse_job({"name": "j", "workers": 4, "dataset": "d", "channel": {"kind": "memcached"},
+                     "sync": {"pattern": "allreduce"}}, "job")  # fmt: skip
+    assert job.channel.authenticates_values and pattern_for(job, 4_000_000)[1] == sealed.predicted_round_s
 
 
 def test_a_worker_picks_its_pattern_without_importing_the_advisor() -> None:
