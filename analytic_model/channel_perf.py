@@ -49,7 +49,9 @@ class ChannelPerf:
     sr_wait_per_worker_s: float | None = None
     ring_wait_s: float | None = None  # the ring methods' neighbour exchange, where calibrated (None: as above)
     ring_wait_per_worker_s: float | None = None
-    crowding: float = 0.0  # each further worker moving bytes at once slows a worker's bytes by this fraction
+    # Each further worker moving bytes at once slows a worker's bytes by this fraction; on shared
+    # cores at most as many run at once as there are cores (``crowd_factor``).
+    crowding: float = 0.0
     # A pattern's bytes in real rounds over one worker's transfers crowded as above: on a shared
     # machine a rank moves them while the others poll and compute on the same cores and caches.
     bytes_slowdown: float = 1.0
@@ -88,6 +90,20 @@ class ChannelPerf:
         if big is not None and self.big_from_bytes is not None and size > self.big_from_bytes:
             return size / float(big)
         return size / self.bandwidth(op)
+
+    def running_at_once(self, clients: float) -> float:
+        """Of ``clients`` workers making calls, how many run at once: on shared cores, at most one
+        a core (the rest wait for one: ``cpu_stretch``)."""
+        return min(clients, self.shared_cores) if self.shared_cores else clients
+
+    def crowd_factor(self, clients: float) -> float:
+        """How much slower a worker's bytes move while ``clients`` workers move theirs at once.
+
+        Linear in all W workers, Redis's probes at 2 and 4 processes on 2 cores (slowed 1.6-2.1x,
+        alike at both) fitted 0.15-0.58 a worker from one calibration to the next, and at W = 8
+        the model's ScatterReduce at d = 1e7 came out at 1.0-1.9x the 750-1000 ms measured.
+        """
+        return 1.0 + self.crowding * (self.running_at_once(clients) - 1)
 
     def mac_s(self, nbytes: float, clients: float = 1) -> float:
         """A worker's CPU hashing ``nbytes`` of authenticated values while ``clients`` workers

@@ -33,7 +33,7 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     if count <= 0:
         return 0.0
     items = count * items_of(channel, size)
-    byte_s = count * channel.bytes_s(op, size) * (1.0 + channel.crowding * (crowd - 1)) * slowdown
+    byte_s = count * channel.bytes_s(op, size) * channel.crowd_factor(crowd) * slowdown
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
     if _parts(channel, size) > 1:
         seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first

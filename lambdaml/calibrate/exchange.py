@@ -228,11 +228,17 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
         )
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             slowdowns[world] = (large_s - small_s) / alone
-    # The model slows bytes by 1 + crowding * (W - 1): the least-squares fit over the worlds
-    # measured (averaging each world's own slope would weigh W=2 as much as a world 3x larger).
+        log.debug(
+            "%s W=%d, every worker's value to everyone: %.2f ms a round more than small values', %.2f ms alone",
+            spec.kind, world, (large_s - small_s) * 1e3, alone * 1e3,
+        )  # fmt: skip
+    # The model slows bytes by 1 + crowding * (n - 1), n the workers running at once: the
+    # least-squares fit over the worlds measured (averaging each world's own slope would weigh
+    # W=2 as much as a world 3x larger).
+    at_once = {w: perf.running_at_once(w) - 1 for w in slowdowns}
     fit = (
-        sum((w - 1) * (r - 1.0) for w, r in slowdowns.items()) / sum((w - 1) ** 2 for w in slowdowns)
-        if slowdowns
+        sum(at_once[w] * (r - 1.0) for w, r in slowdowns.items()) / sum(n**2 for n in at_once.values())
+        if any(at_once.values())
         else 0.0
     )
     # A step right after a wait runs on cold caches (and a core that may be asleep).

@@ -25,7 +25,7 @@ from analytic_model.compute import faas_speed, lambda_vcpus
 from analytic_model.prediction import Prediction, heartbeats
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
-from analytic_model.transfers import Poll, Polling, store_s
+from analytic_model.transfers import Poll, Polling, call_s, store_s
 from analytic_model.workload import schedule
 from lambdaml import codec, seal
 from lambdaml.channels import CHANNELS, memcached
@@ -268,6 +268,16 @@ def test_the_stores_byte_slowdown_stretches_its_bytes_not_its_requests_nor_the_w
     assert small_slowed.seconds == pytest.approx(small.seconds, rel=1e-2)
     assert big_slowed.phases["store_busy"] > 2 * big.phases["store_busy"]
     assert big_slowed.phases["gather_pieces"] >= big.phases["gather_pieces"]
+
+
+def test_workers_crowd_each_other_s_bytes_only_as_many_at_once_as_there_are_cores() -> None:
+    own = _channel(crowding=0.5)  # separate machines: every further worker crowds
+    shared = replace(own, shared_cores=2.0)
+    assert [own.crowd_factor(w) for w in (1, 2, 4, 8)] == [1.0, 1.5, 2.5, 4.5]
+    assert [shared.crowd_factor(w) for w in (1, 2, 4, 8)] == [1.0, 1.5, 1.5, 1.5]
+    # Beyond the cores the calls' CPU waits for a core instead (their CPU share, here none).
+    assert call_s(shared, "get", 3, 1e6, crowd=8) == call_s(shared, "get", 3, 1e6, crowd=2)
+    assert call_s(own, "get", 3, 1e6, crowd=8) > call_s(own, "get", 3, 1e6, crowd=2)
 
 
 def test_a_store_that_reads_whole_objects_for_a_range_pays_for_the_packed_values() -> None:
