@@ -7,8 +7,7 @@ each pattern after a warm-up round. Next to it, the *raw* time: the same request
 same value and item sizes, issued through the plain client (redis-py, pymemcache; on S3 the
 signed requests the channel sends its values with, ``S3Objects``; boto3 for DynamoDB)
 by the same processes in the same dependency order, with process barriers between the
-phases instead of polling. Raw and library rounds alternate, and the patterns of a cell take
-turns round by round, so drift hits all of them alike.
+phases instead of polling. Raw and library rounds alternate, so drift hits both alike.
 
 Prints a table (channel, W, d, pattern, round ms, raw ms, ratio, PUTs and GETs per worker
 per round as the library counted them) and the speed-up of ScatterReduce over AllReduce,
@@ -283,60 +282,35 @@ def run_raw(raw: RawClient, plan: RawRound, barrier: Barrier) -> None:
             raw.put_all(after)
 
 
-Timings = dict[str, list[tuple[float, float]]]  # "lib" and "raw": each round's (start, end)
-
-
 def measure(
-    rank: int,
-    world: int,
-    channel: Channel,
-    raw: RawClient,
-    barrier: Barrier,
-    patterns: Sequence[str],
-    d: int,
-    run_id: str,
-) -> dict[str, tuple[Timings, dict[str, float]]]:
-    """Per pattern, alternate library and raw rounds; return each round's (start, end) on the shared
-    monotonic clock, and the PUTs and GETs (polls included) this rank's library rounds made, per round.
-
-    The patterns take turns round by round: a burst of other load on the machine lands on all
-    of them, not on the one measured while it lasted (one made a pattern's first three rounds
-    1.7x its others' and ranked it 1.16x behind a pattern it beat in four other runs).
-    """
+    rank: int, world: int, channel: Channel, raw: RawClient, barrier: Barrier, pattern: str, d: int, run_id: str
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
+    """Alternate library and raw rounds; return each round's (start, end) on the shared monotonic clock,
+    and the PUTs and GETs (polls included) this rank's library rounds made, per round."""
     x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
     payload = np.random.default_rng(100 + rank).bytes(HEADER + 4 * d)
-    comms = {
-        pattern: ChannelCommunicator(
-            channel, f"bench-{run_id}-{pattern}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S
-        )
-        for pattern in patterns
-    }
-    times: dict[str, Timings] = {pattern: {"lib": [], "raw": []} for pattern in patterns}
-    counts = {pattern: {"puts": 0.0, "gets": 0.0} for pattern in patterns}
+    comm = ChannelCommunicator(channel, f"bench-{run_id}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S)
+    times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
+    counts = {"puts": 0.0, "gets": 0.0}
     for i in range(rounds_for(d) + 1):  # round 0 warms up connections, pools and the server
-        for pattern, comm in comms.items():
-            barrier.wait(BARRIER_TIMEOUT_S)
-            before = comm.stats()
-            started = time.perf_counter()
-            comm.allreduce(x)
-            times[pattern]["lib"].append((started, time.perf_counter()))
-            after = comm.stats()
-            for name in counts[pattern]:
-                counts[pattern][name] += after[name] - before[name]
+        barrier.wait(BARRIER_TIMEOUT_S)
+        before = comm.stats()
+        started = time.perf_counter()
+        comm.allreduce(x)
+        times["lib"].append((started, time.perf_counter()))
+        after = comm.stats()
+        for name in counts:
+            counts[name] += after[name] - before[name]
 
-            plan = raw_plan(raw, pattern, rank, world, d, f"rawbench/{run_id}/{pattern}/r{i}", payload)
-            barrier.wait(BARRIER_TIMEOUT_S)
-            started = time.perf_counter()
-            run_raw(raw, plan, barrier)
-            times[pattern]["raw"].append((started, time.perf_counter()))
-            barrier.wait(BARRIER_TIMEOUT_S)
-            raw.delete_all(plan.written)  # untimed: keep the servers' memory flat
-    for comm in comms.values():
-        comm.finish()
-    return {
-        pattern: (times[pattern], {name: n / (rounds_for(d) + 1) for name, n in counts[pattern].items()})
-        for pattern in patterns
-    }
+        plan = raw_plan(raw, pattern, rank, world, d, f"rawbench/{run_id}/r{i}", payload)
+        barrier.wait(BARRIER_TIMEOUT_S)
+        started = time.perf_counter()
+        run_raw(raw, plan, barrier)
+        times["raw"].append((started, time.perf_counter()))
+        barrier.wait(BARRIER_TIMEOUT_S)
+        raw.delete_all(plan.written)  # untimed: keep the servers' memory flat
+    comm.finish()
+    return times, {name: n / (rounds_for(d) + 1) for name, n in counts.items()}
 
 
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
@@ -349,11 +323,11 @@ def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: C
             message = conn.recv()
             if message is None:
                 break
-            kind, patterns, d, run_id = message
+            kind, pattern, d, run_id = message
             if kind not in channels:
                 spec = ChannelSpec(**specs[kind])
                 channels[kind], raws[kind] = open_channel(spec), RawClient(spec)
-            conn.send(("ok", measure(rank, world, channels[kind], raws[kind], barrier, patterns, d, run_id)))
+            conn.send(("ok", measure(rank, world, channels[kind], raws[kind], barrier, pattern, d, run_id)))
     except Exception:  # report to the parent instead of dying silently; the parent stops the run
         conn.send(("error", traceback.format_exc()))
         barrier.abort()
@@ -380,22 +354,20 @@ class Workers:
             self.conns.append(parent)
             self.procs.append(proc)
 
-    def run(
-        self, kind: str, patterns: Sequence[str], d: int
-    ) -> dict[str, tuple[dict[str, list[float]], dict[str, float]]]:
-        """Per pattern, median-ready round times in ms (per round, last end minus first start over
-        the ranks), and the PUTs and GETs per worker per round (the mean over the ranks)."""
+    def run(self, kind: str, pattern: str, d: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+        """Median-ready round times in ms (per round, last end minus first start over the ranks),
+        and the PUTs and GETs per worker per round (the mean over the ranks)."""
         run_id = uuid.uuid4().hex[:10]
         for conn in self.conns:
-            conn.send((kind, list(patterns), d, run_id))
-        replies: dict[int, dict[str, tuple[Timings, dict[str, float]]]] = {}
-        deadline = time.monotonic() + RESULT_TIMEOUT_S * len(patterns)
+            conn.send((kind, pattern, d, run_id))
+        replies: dict[int, tuple[dict[str, list[tuple[float, float]]], dict[str, float]]] = {}
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
         while len(replies) < self.world:
             waiting = [c for r, c in enumerate(self.conns) if r not in replies]
             ready = mp_connection.wait(waiting, timeout=max(deadline - time.monotonic(), 0))
             if not ready:
                 self.kill()
-                raise RuntimeError(f"workers did not answer within {RESULT_TIMEOUT_S * len(patterns):g}s")
+                raise RuntimeError(f"workers did not answer within {RESULT_TIMEOUT_S:g}s")
             for rank, conn in enumerate(self.conns):
                 if conn not in ready:
                     continue
@@ -404,17 +376,13 @@ class Workers:
                     self.kill()  # the others may be blocked waiting for this one
                     raise RuntimeError(f"worker {rank} failed:\n{body}")
                 replies[rank] = body
-        results = {}
-        for pattern in patterns:
-            out: dict[str, list[float]] = {}
-            for mode in ("lib", "raw"):
-                per_round = zip(*(reply[pattern][0][mode] for reply in replies.values()), strict=True)
-                spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
-                out[mode] = spans[1:]  # drop the warm-up round
-            counts = [reply[pattern][1] for reply in replies.values()]
-            requests = {name: statistics.mean(c[name] for c in counts) for name in ("puts", "gets")}
-            results[pattern] = (out, requests)
-        return results
+        out: dict[str, list[float]] = {}
+        for mode in ("lib", "raw"):
+            per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
+            spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
+            out[mode] = spans[1:]  # drop the warm-up round
+        requests = {name: statistics.mean(c[name] for _, c in replies.values()) for name in ("puts", "gets")}
+        return out, requests
 
     def kill(self) -> None:
         for proc in self.procs:
@@ -544,19 +512,17 @@ def write_csv(rows: list[Row], path: Path) -> None:
             )
 
 
-def measure_cell(workers: Workers, kind: str, d: int, patterns: Sequence[str], started: float) -> dict[str, Row]:
-    """One row per pattern, the patterns' rounds taking turns (``measure``)."""
-    rows = {}
-    for pattern, (t, requests) in workers.run(kind, patterns, d).items():
-        ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
-        lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
-        rows[pattern] = Row(kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"])
-        log.info(
-            "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
-            time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, requests["puts"],
-            requests["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
-        )  # fmt: skip
-    return rows
+def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: float) -> Row:
+    t, requests = workers.run(kind, pattern, d)
+    ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
+    lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
+    row = Row(kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"])
+    log.info(
+        "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
+        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, requests["puts"],
+        requests["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
+    )  # fmt: skip
+    return row
 
 
 def auto_row(profile: Profile, cell: dict[str, Row]) -> Row:
@@ -602,7 +568,7 @@ def measure_all(
                         note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
                         rows += [Row(kind, world, d, pattern, None, None, None, note=note) for pattern in patterns]
                         continue
-                    cell = measure_cell(workers, kind, d, fixed, started)
+                    cell = {pattern: measure_cell(workers, kind, d, pattern, started) for pattern in fixed}
                     rows += cell.values()
                     if "auto" in patterns:
                         rows.append(auto_row(profile or load_profile(None), cell))
@@ -689,8 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(moto_svc.stop)
         redis_svc = services.start_redis()
         stack.callback(redis_svc.stop)
-        # Two rounds (three while a delete runs) of each of three patterns at W=8, d=1e7, without eviction.
-        memcached_svc = services.start_memcached(memory_mb=8192)
+        memcached_svc = services.start_memcached(memory_mb=4096)  # two rounds of W=8, d=1e7 fit without eviction
         stack.callback(memcached_svc.stop)
         name = f"bench-{uuid.uuid4().hex[:8]}"
         specs = {
