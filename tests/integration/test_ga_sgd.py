@@ -70,8 +70,9 @@ def test_bsp_ga_sgd_equals_single_process_sgd(
         assert (result.pattern, result.predicted_round_s) == ("allreduce", None)
     else:
         choice = choose_pattern(
-            load_profile(), kind, WORKERS, distributed.nbytes, candidates(WORKERS, compressed=False)
-        )
+            load_profile(), kind, WORKERS, distributed.nbytes, candidates(WORKERS, compressed=False),
+            authenticated=job.channel.authenticates_values,  # Redis and Memcached here: no password, MACed values
+        )  # fmt: skip
         assert (result.pattern, result.predicted_round_s) == (choice.pattern, choice.predicted_round_s)
         assert choice.predicted_round_s > 0
     assert [p.epoch for p in result.loss_curve] == [1, 2]
