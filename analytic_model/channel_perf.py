@@ -110,8 +110,7 @@ class ChannelPerf:
         compute at once (on shared cores, each gets its share of them)."""
         if not self.mac_Bps:
             return 0.0
-        share = max(1.0, clients / self.shared_cores) if self.shared_cores else 1.0
-        return nbytes / self.mac_Bps * share
+        return nbytes / self.mac_Bps * clients / self.running_at_once(clients)
 
     def server_request(self, op: str, clients: int = 2) -> float:
         """The store's time per request (``put``, ``get``, ``delete``) while ``clients`` workers use it

@@ -141,7 +141,7 @@ def measure_add_Bps() -> float:
 def measure_mac_Bps() -> float:
     """Bytes of a value a second the job's MAC hashes (``Sealer.open_view`` of an authenticated
     8 MB value, the least of 10): sealing and opening each hash the value once. Measured once
-    per calibration: the channels' exchange probes need it as much as the profile does."""
+    per process: the channels' exchange probes need it as much as the profile does."""
     sealer = Sealer(new_secret())
     data = value(1_000_000).tobytes()
     sealed = sealer.seal("calibrate/mac", data)

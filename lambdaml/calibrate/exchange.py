@@ -229,7 +229,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
         if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
             slowdowns[world] = (large_s - small_s) / alone
         log.debug(
-            "%s W=%d, every worker's value to everyone: %.2f ms a round more than small values', %.2f ms alone",
+            "%s W=%d, every worker's value to everyone: %.2f ms a round more than small values, %.2f ms alone",
             spec.kind, world, (large_s - small_s) * 1e3, alone * 1e3,
         )  # fmt: skip
     # The model slows bytes by 1 + crowding * (n - 1), n the workers running at once: the
