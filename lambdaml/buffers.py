@@ -5,13 +5,28 @@ cut into parts at the store's item limit. Joined at each step, every byte was co
 times before it was sent (a third of a Memcached worker's CPU at d = 1e7). As buffers, a
 channel that sends a list of buffers (Memcached's ``sendmsg``) sends them from the vector's own
 memory; any other joins them once, where it sends.
+
+The way back is a ``Target``: a reader that knows a value's length and where its bytes are used
+(a merged chunk's slice of the output vector) has them read there, only the header held apart.
+Memcached reads a chunked value's parts straight into it; any other channel copies the value in.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 Buffer = bytes | memoryview  # a memoryview here is always of bytes (format "B")
 Buffers = tuple[Buffer, ...]
 Value = bytes | Buffers
+#: Where a read value goes: its first ``head`` bytes held apart, the rest into ``body`` (writable).
+Target = tuple[int, memoryview]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A value read into its ``Target``: its first bytes, held apart (the rest is in the target's body)."""
+
+    head: bytes | memoryview
 
 
 def as_buffers(value: Value) -> Buffers:

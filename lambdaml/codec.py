@@ -112,9 +112,32 @@ def decode(
     The returned array is read-only and shares memory with ``data``.
     """
     view = memoryview(data).cast("B")
+    fields = _header(view, what)
+    shape_end = _HEADER.size + 8 * fields[3]
+    if len(view) != shape_end + fields[5]:
+        raise CodecError(f"{what} is truncated or padded: {len(view)} bytes, header says {shape_end + fields[5]}")
+    array = _checked(fields, view[:shape_end], view[shape_end:], dtype, shape, what)
+    array.flags.writeable = False  # shares memory with the value it came from
+    return array
+
+
+def check_placed(head: bytes | memoryview, out: Array, what: str = "value") -> None:
+    """Verify a value whose payload was read straight into ``out`` (a contiguous array of the
+    dtype and shape it must have): ``head`` is the rest of it, its header and shape."""
+    view = memoryview(head).cast("B")
+    fields = _header(view, what)
+    if len(view) != _HEADER.size + 8 * fields[3] or out.nbytes != fields[5]:
+        size = len(view) + out.nbytes
+        raise CodecError(f"{what} is truncated or padded: {size} bytes, header says {len(view)} + {fields[5]}")
+    _checked(fields, view, out.data.cast("B"), out.dtype, out.shape, what)
+
+
+def _header(view: memoryview, what: str) -> tuple[Any, ...]:
+    """The header's fields (magic, version, code, ndim, reserved, length, crc, reserved), checked alone."""
     if len(view) < _HEADER.size:
         raise CodecError(f"{what} is truncated: {len(view)} bytes is shorter than a tensor header")
-    magic, version, code, ndim, reserved, length, crc, reserved2 = _HEADER.unpack_from(view)
+    fields = _HEADER.unpack_from(view)
+    magic, version, code, ndim, reserved, _, _, reserved2 = fields
     if magic != MAGIC:
         raise CodecError(f"{what} is not a LambdaML tensor (bad magic {bytes(magic)!r})")
     if version not in READABLE_VERSIONS:
@@ -125,10 +148,21 @@ def decode(
         raise CodecError(f"{what} has unknown dtype code {code}")
     if ndim > MAX_NDIM:
         raise CodecError(f"{what} claims {ndim} dimensions")
-    shape_end = _HEADER.size + 8 * ndim
-    if len(view) != shape_end + length:
-        raise CodecError(f"{what} is truncated or padded: {len(view)} bytes, header says {shape_end + length}")
-    dims = struct.unpack_from(f"<{ndim}Q", view, _HEADER.size)
+    return fields
+
+
+def _checked(
+    fields: tuple[Any, ...],
+    head: memoryview,
+    payload: memoryview,
+    dtype: np.dtype[Any] | type | str | None,
+    shape: tuple[int, ...] | None,
+    what: str,
+) -> Array:
+    """The payload as the array the header and shape (``head``) describe, once the shape, the
+    checksum and the expected kind check out."""
+    magic, version, code, ndim, _, length, crc, _ = fields
+    dims = struct.unpack_from(f"<{ndim}Q", head, _HEADER.size)
     item = _DTYPES[code]
     count = extent = 1
     for dim in dims:
@@ -138,17 +172,14 @@ def decode(
         raise CodecError(f"{what} claims an impossible shape {dims}")
     if count * item.itemsize != length:
         raise CodecError(f"{what} shape {dims} does not match its {length} payload bytes")
-    head = _HEADER.pack(magic, version, code, ndim, 0, length, 0, 0)
-    actual = checksum(head, view[_HEADER.size :], version=version)
-    if actual != crc:
+    zeroed = _HEADER.pack(magic, version, code, ndim, 0, length, 0, 0)
+    if checksum(zeroed, head[_HEADER.size :], payload, version=version) != crc:
         raise CodecError(f"{what} is corrupt: checksum mismatch")
     if dtype is not None and np.dtype(dtype) != item:
         raise CodecError(f"{what} has dtype {item}, expected {np.dtype(dtype)}")
     if shape is not None and tuple(shape) != tuple(dims):
         raise CodecError(f"{what} has shape {tuple(dims)}, expected {tuple(shape)}")
-    array = np.frombuffer(view, dtype=item, count=count, offset=shape_end).reshape(dims)
-    array.flags.writeable = False  # shares memory with the value it came from
-    return array
+    return np.frombuffer(payload, dtype=item, count=count).reshape(dims)
 
 
 def encode_bundle(arrays: Mapping[str, Array]) -> bytes:

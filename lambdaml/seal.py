@@ -74,15 +74,25 @@ class Sealer:
         """The value written under ``key``; a value from anywhere else (or tampered with) is a CodecError."""
         return bytes(self.open_view(key, sealed))
 
-    def open_view(self, key: str, sealed: bytes) -> memoryview:
+    def open_view(self, key: str, sealed: bytes | memoryview) -> memoryview:
         """``open`` without copying the value out: a read-only view into ``sealed``.
 
         A collective reads megabytes a round and only decodes them, so the copy ``open``
         makes was a sixth of a ScatterReduce worker's CPU over Memcached at d = 1e6.
         """
-        view = memoryview(sealed).toreadonly()
+        return self._opened(key, memoryview(sealed).toreadonly(), ())
+
+    def open_placed(self, key: str, head: bytes | memoryview, rest: memoryview) -> memoryview:
+        """``open_view`` of a value read in two places: ``head``, its first bytes, and ``rest``, the
+        others (read straight into where they are used). The seal is checked over both; the
+        opened head comes back."""
+        return self._opened(key, memoryview(head).toreadonly(), (rest,))
+
+    def _opened(self, key: str, view: memoryview, rest: tuple[memoryview, ...]) -> memoryview:
         if len(view) < OVERHEAD:
-            raise CodecError(f"{key} holds {len(view)} bytes, too short for a sealed value")
+            raise CodecError(
+                f"{key} holds {len(view) + sum(r.nbytes for r in rest)} bytes, too short for a sealed value"
+            )
         magic, version, mode = _HEADER.unpack_from(view)
         if magic != MAGIC or version != VERSION:
             raise CodecError(f"{key} holds a value that was not written by this version of LambdaML")
@@ -91,7 +101,7 @@ class Sealer:
             kinds = ("bound to its key only", "authenticated with the job's key")
             raise CodecError(f"{key} holds a value {kinds[mode == _MAC]}, but this job's values are {kinds[expected]}")
         data = view[OVERHEAD:]
-        if not hmac.compare_digest(bytes(view[_HEADER.size : OVERHEAD]), self._tag(key, (data,))):
+        if not hmac.compare_digest(bytes(view[_HEADER.size : OVERHEAD]), self._tag(key, (data, *rest))):
             if self._secret is None:
                 raise CodecError(
                     f"{key} holds a value written under another key (replayed from another round or rank?)"

@@ -14,14 +14,14 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from lambdaml import buffers, codec
 from lambdaml import keys as K
-from lambdaml.buffers import Value
+from lambdaml.buffers import Placed, Target, Value
 from lambdaml.channels.chunks import WRITE_ID, Manifest, join_parts, manifest_of, split_value
 from lambdaml.errors import ChannelError, ChannelUnreachable, KeyNotFound, SyncTimeout, TransientChannelError
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 T = TypeVar("T")
 W = TypeVar("W")
+J = TypeVar("J")
+F = TypeVar("F")
 
 #: ``(key, start, stop)``: bytes ``start`` to ``stop`` (exclusive) of the value at ``key``.
 Range = tuple[str, int, int]
@@ -49,6 +51,18 @@ def _slice(channel: Channel, key: str, value: bytes, start: int, stop: int) -> b
     if stop > len(value):
         raise ChannelError(f"{channel.kind}: range {start}:{stop} of {key} runs past the end of its {len(value)} bytes")
     return value[start:stop]
+
+
+def _placed(value: bytes | Placed, target: Target) -> Placed | memoryview:
+    """A value read whole, copied into its target where it has the target's length."""
+    if isinstance(value, Placed):
+        return value
+    head, body = target
+    view = memoryview(value).toreadonly()
+    if len(view) != head + body.nbytes:
+        return view
+    body[:] = view[head:]
+    return Placed(view[:head])
 
 
 @dataclass
@@ -322,11 +336,15 @@ class Channel(ABC):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         """Fetch several keys concurrently (or in one batch); missing keys are left out."""
+        return self._assemble(self._fetch(keys))
+
+    def _fetch(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The items of ``keys`` that exist, as stored (a chunked value's manifest, not its parts)."""
         if not keys:
             return {}
         found = self._retry(self._get_many, list(keys))
         self.stats.add(gets=len(keys), bytes_received=sum(len(v) for v in found.values()))
-        return self._assemble(found)
+        return found
 
     @property
     def native_ranges(self) -> bool:
@@ -413,15 +431,21 @@ class Channel(ABC):
         return {p.key: found[reads[p]] if where[p][2] > where[p][1] else b"" for p in pieces}
 
     def _assemble(self, found: dict[str, bytes]) -> dict[str, bytes]:
-        """The values ``found`` holds, chunked ones joined from their parts.
+        """The values ``found`` holds, chunked ones joined from their parts."""
+        return self._with_parts(found, self._join_chunked)
+
+    def _with_parts(
+        self, found: dict[str, bytes], join: Callable[[Sequence[Manifest]], Mapping[str, J]]
+    ) -> dict[str, bytes | J]:
+        """``found``, each manifest replaced by what ``join`` makes of its parts.
 
         The parts of every chunked value are fetched in one call, so W-1 chunked pieces cost
         one more round trip, not W-1 of them one after another.
         """
         manifests = [m for k, raw in found.items() if (m := manifest_of(k, raw, self.kind)) is not None]
         if not manifests:
-            return found
-        joined = self._retry(self._join_chunked, manifests)
+            return dict(found)
+        joined = self._retry(join, manifests)
         self.stats.add(
             gets=sum(m.parts for m in manifests), bytes_received=sum(m.total + m.parts * WRITE_ID for m in manifests)
         )
@@ -435,6 +459,14 @@ class Channel(ABC):
         parts = self._get_many(part_keys)
         return {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
 
+    def _join_chunked_into(
+        self, manifests: Sequence[Manifest], into: Mapping[str, Target]
+    ) -> dict[str, bytes | Placed]:
+        """``_join_chunked``, a value of its target's length read into it (Placed) where the backend
+        reads into buffers of its choosing; here every value is joined (the rich layer copies it in)."""
+        joined: dict[str, bytes | Placed] = dict(self._join_chunked(manifests))
+        return joined
+
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.
 
@@ -442,6 +474,23 @@ class Channel(ABC):
         millisecond, so a round costs about what its transfers cost.
         """
         return self._wait(list(dict.fromkeys(keys)), self.get_many, timeout, backoff, lambda k: k)
+
+    def wait_for_into(
+        self, targets: Mapping[str, Target], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, Placed | memoryview]:
+        """``wait_for``, each value past its target's head read into the target's body.
+
+        A value of its target's length comes back ``Placed`` (its head; the rest is in the body):
+        a chunked one's parts read straight into the body where the backend can, any other
+        copied in once read. A value of another length is not what the target expects and comes
+        back as it is (read-only), its body untouched, for its reader to refuse.
+        """
+
+        def fetch(pending: list[str]) -> dict[str, Placed | memoryview]:
+            found = self._with_parts(self._fetch(pending), lambda ms: self._join_chunked_into(ms, targets))
+            return {key: _placed(value, targets[key]) for key, value in found.items()}
+
+        return self._wait(list(dict.fromkeys(targets)), fetch, timeout, backoff, lambda k: k)
 
     def wait_for_views(
         self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
@@ -459,14 +508,14 @@ class Channel(ABC):
     def _wait(
         self,
         pending: list[W],
-        fetch: Callable[[list[W]], dict[W, bytes]],
+        fetch: Callable[[list[W]], Mapping[W, F]],
         timeout: float,
         backoff: Backoff | None,
         name: Callable[[W], str],
-    ) -> dict[W, bytes]:
+    ) -> dict[W, F]:
         """Poll ``fetch`` for the items still missing until all are found, within ``timeout``."""
         wanted = len(pending)
-        found: dict[W, bytes] = {}
+        found: dict[W, F] = {}
         started = time.monotonic()
         deadline = started + timeout
         delays = iter((backoff or Backoff()).delays())

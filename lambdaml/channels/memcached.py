@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
@@ -25,7 +25,7 @@ from pymemcache.exceptions import (
 )
 
 from lambdaml import credentials
-from lambdaml.buffers import Value, joined, size
+from lambdaml.buffers import Buffers, Placed, Target, Value, cut, joined, size
 from lambdaml.channels import memcached_io
 from lambdaml.channels.base import Channel
 from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts, reassembled_wrong
@@ -255,24 +255,53 @@ class MemcachedChannel(Channel):
 
         def read(manifest: Manifest) -> tuple[str, bytes]:
             value = bytearray(manifest.total)
-            write_ids = bytearray(WRITE_ID * manifest.parts)
-            where = {key: i for i, key in enumerate(manifest.part_keys)}
-            offset = 0
-
-            def place(key: str, length: int) -> list[memoryview]:
-                nonlocal offset
-                i, start = where[key], offset
-                offset += length - WRITE_ID
-                if length < WRITE_ID or offset > manifest.total:
-                    raise reassembled_wrong(manifest, self.kind)
-                return [memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID], memoryview(value)[start:offset]]
-
-            found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
-            heads = {key: bytes(write_ids[where[key] * WRITE_ID : (where[key] + 1) * WRITE_ID]) for key in found}
-            check_parts(manifest, heads, offset, self.kind)
+            self._read_parts(pool, manifest, (memoryview(value),))
             return manifest.key, value  # type: ignore[return-value]  # read-only from here on
 
         return dict(self._map(read, manifests))
+
+    def _join_chunked_into(
+        self, manifests: Sequence[Manifest], into: Mapping[str, Target]
+    ) -> dict[str, bytes | Placed]:
+        """A value of its target's length read part by part into the target (its head apart,
+        the rest straight into the body): no buffer of its own, and no copy after."""
+        pool = self._connections
+        fits = [m for m in manifests if m.key in into and m.total == into[m.key][0] + into[m.key][1].nbytes]
+        if pool is None or not fits:
+            return super()._join_chunked_into(manifests, into)
+
+        def read(manifest: Manifest) -> tuple[str, Placed]:
+            head, body = into[manifest.key]
+            held = bytearray(head)
+            self._read_parts(pool, manifest, (memoryview(held), body))
+            return manifest.key, Placed(bytes(held))
+
+        joined: dict[str, bytes | Placed] = dict(self._map(read, fits))
+        rest = [m for m in manifests if m.key not in joined]
+        if rest:
+            joined.update(self._join_chunked(rest))
+        return joined
+
+    def _read_parts(self, pool: Any, manifest: Manifest, value: Buffers) -> None:
+        """The manifest's parts read into ``value`` (buffers of ``manifest.total`` bytes in all), at
+        their offsets: one ``get`` of all the parts, in order, on one connection; refused if one
+        is missing, of another write, or of other lengths."""
+        write_ids = bytearray(WRITE_ID * manifest.parts)
+        where = {key: i for i, key in enumerate(manifest.part_keys)}
+        offset = 0
+
+        def place(key: str, length: int) -> list[memoryview]:
+            nonlocal offset
+            i, start = where[key], offset
+            offset += length - WRITE_ID
+            if length < WRITE_ID or offset > manifest.total:
+                raise reassembled_wrong(manifest, self.kind)
+            head = memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID]
+            return [head, *(memoryview(view) for view in cut(value, start, offset))]
+
+        found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
+        heads = {key: bytes(write_ids[where[key] * WRITE_ID : (where[key] + 1) * WRITE_ID]) for key in found}
+        check_parts(manifest, heads, offset, self.kind)
 
     @staticmethod
     def _get_into(pool: Any, keys: Sequence[str], place: memcached_io.Placer) -> list[str]:

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from lambdaml.buffers import Value, joined
+from lambdaml.buffers import Placed, Target, Value, joined
 from lambdaml.channels.base import Backoff, Channel, Piece, Range
 from lambdaml.errors import CodecError
 from lambdaml.seal import OVERHEAD, Sealer
 
 log = logging.getLogger(__name__)
-V = TypeVar("V", bytes, memoryview)
+V = TypeVar("V")
+F = TypeVar("F")
 
 
 class SealedChannel(Channel):
@@ -90,6 +91,22 @@ class SealedChannel(Channel):
     ) -> dict[str, memoryview]:
         return self._open(self.inner.wait_for(keys, timeout, backoff=backoff), self.inner.get, self.sealer.open_view)
 
+    def wait_for_into(
+        self, targets: Mapping[str, Target], timeout: float, *, backoff: Backoff | None = None
+    ) -> dict[str, Placed | memoryview]:
+        """``wait_for_into``, each value opened: a Placed one's seal checked over its head and body."""
+        sealed = {key: (OVERHEAD + head, body) for key, (head, body) in targets.items()}
+
+        def reread(key: str) -> Placed | memoryview:
+            return self.inner.wait_for_into({key: sealed[key]}, timeout)[key]
+
+        def opener(key: str, value: Placed | memoryview) -> Placed | memoryview:
+            if isinstance(value, Placed):
+                return Placed(self.sealer.open_placed(key, value.head, targets[key][1]))
+            return self.sealer.open_view(key, value)
+
+        return self._open(self.inner.wait_for_into(sealed, timeout, backoff=backoff), reread, opener)
+
     # Ranges are raw bytes (part of a sealed value is no value to open); packed pieces are opened.
     def get_ranges(self, ranges: Sequence[Range]) -> dict[Range, bytes]:
         return self.inner.get_ranges(ranges)
@@ -121,9 +138,7 @@ class SealedChannel(Channel):
 
         return self._open(self.inner.wait_for_packed(list(sealed.values()), timeout, backoff=backoff), reread, opener)
 
-    def _open(
-        self, found: Mapping[str, bytes], reread: Callable[[str], bytes], opener: Callable[[str, bytes], V]
-    ) -> dict[str, V]:
+    def _open(self, found: Mapping[str, F], reread: Callable[[str], F], opener: Callable[[str, F], V]) -> dict[str, V]:
         """Every value opened; one that fails is read once more, and a second failure stands."""
         opened: dict[str, V] = {}
         for key, raw in found.items():

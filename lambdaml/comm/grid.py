@@ -21,6 +21,7 @@ from lambdaml.comm.patterns import (
     ScatterReduce,
     chunk_bounds,
     owner_sum,
+    receive_merged,
     receive_pieces,
     send_pieces,
 )
@@ -105,26 +106,26 @@ class ScatterReduce2D(Pattern):
         # after its call for the previous round returned (every read there done).
         round_.retire()
         what = f"column piece in round {number}"
-        data, total = codec.encode_merged(me, owner_sum(codec, me, own, own, col_peers, raw, what))
-        round_.put(round_.key(self.column_tag, rank=None, chunk=me), data)
-
-        # 3. Columns: the other merged chunks of my segment; my assembled segment for my row.
         out = np.empty_like(flat)
         seg = out[seg_lo:seg_hi]
-        seg[part(me)] = total
+        summed = owner_sum(codec, me, own, own, col_peers, raw, what, into=seg[part(me)])
+        round_.put(round_.key(self.column_tag, rank=None, chunk=me), codec.encode_merged(me, summed)[0])
+
+        # 3. Columns: the other merged chunks of my segment; my assembled segment for my row.
         keys = {peer: round_.key(self.column_tag, rank=None, chunk=peer) for peer in col_peers if peer != me}
-        got = round_.wait_for(list(keys.values()))
-        for peer, key in keys.items():
-            seg[part(peer)] = codec.decode_merged(
-                peer, got[key], seg[part(peer)], f"merged chunk {peer} of round {number}"
-            )
+        receive_merged(
+            round_, codec, keys, lambda peer: seg[part(peer)], lambda peer: f"merged chunk {peer} of round {number}"
+        )
         round_.put(round_.key(self.row_tag, rank=None, chunk=me), codec.encode_merged(me, seg)[0])
 
         # 4. Rows: the other columns' segments, from the ranks of my row.
         keys = {peer: round_.key(self.row_tag, rank=None, chunk=peer) for peer in row_peers if peer != me}
-        got = round_.wait_for(list(keys.values()))
-        for b, peer in enumerate(row_peers):
-            if peer != me:
-                lo, hi = segment(b)
-                out[lo:hi] = codec.decode_merged(peer, got[keys[peer]], out[lo:hi], f"segment {b} of round {number}")
+        column = {peer: b for b, peer in enumerate(row_peers)}
+        receive_merged(
+            round_,
+            codec,
+            keys,
+            lambda peer: out[slice(*segment(column[peer]))],
+            lambda peer: f"segment {column[peer]} of round {number}",
+        )
         return out.reshape(x.shape)

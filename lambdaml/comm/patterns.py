@@ -17,9 +17,10 @@ import numpy as np
 
 from lambdaml import codec
 from lambdaml.arrays import Array
-from lambdaml.buffers import Value
+from lambdaml.buffers import Placed, Target, Value
 from lambdaml.channels.base import Piece
 from lambdaml.comm.rounds import Round
+from lambdaml.errors import CodecError
 
 
 def chunk_bounds(size: int, parts: int) -> list[tuple[int, int]]:
@@ -38,10 +39,11 @@ def chunk_bounds(size: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def rank_order_sum(values: Iterable[Array]) -> Array:
-    """The left fold ``v0 + v1 + ...`` of at least two arrays, as a new array (the inputs are untouched)."""
+def rank_order_sum(values: Iterable[Array], into: Array | None = None) -> Array:
+    """The left fold ``v0 + v1 + ...`` of at least two arrays, as a new array or in ``into`` (the
+    inputs are untouched)."""
     it = iter(values)
-    total = np.add(next(it), next(it))  # one pass instead of copy-then-add
+    total = np.add(next(it), next(it), out=into)  # one pass instead of copy-then-add
     for value in it:
         total += value
     return total
@@ -55,13 +57,17 @@ def owner_sum(
     senders: Iterable[int],
     raw: Mapping[int, bytes | memoryview],
     what: str,
+    into: Array | None = None,
 ) -> Array:
     """The owner's sum of ``chunk``: its own piece where the sender is the owner itself, every
-    other sender's decoded piece elsewhere, added in the senders' order. ``what`` names a piece
-    in errors (\"rank R's <what>\")."""
+    other sender's decoded piece elsewhere, added in the senders' order (in ``into`` if given).
+    ``what`` names a piece in errors (\"rank R's <what>\")."""
     return rank_order_sum(
-        own if sender == chunk else codec.decode_piece(chunk, sender, raw[sender], like, f"rank {sender}'s {what}")
-        for sender in senders
+        (
+            own if sender == chunk else codec.decode_piece(chunk, sender, raw[sender], like, f"rank {sender}'s {what}")
+            for sender in senders
+        ),
+        into,
     )
 
 
@@ -140,8 +146,41 @@ class PlainCodec:
     def decode_merged(self, chunk: int, raw: bytes | memoryview, like: Array, what: str) -> Array:
         return codec.decode(raw, dtype=like.dtype, shape=like.shape, what=what)
 
+    def target(self, out: Array) -> Target:
+        """Where a merged chunk's wire value is read for its values to land in ``out`` as they are:
+        the header apart, the payload straight into ``out``'s memory."""
+        return codec.encoded_bytes(out.shape, out.dtype) - out.nbytes, out.data.cast("B")
+
+    def check_placed(self, head: bytes | memoryview, out: Array, what: str) -> None:
+        """Verify a merged chunk read into its ``target``: ``head`` is its header."""
+        codec.check_placed(head, out, what)
+
 
 PLAIN = PlainCodec()
+
+
+def receive_merged(
+    round_: Round, codec: ChunkCodec, keys: Mapping[int, str], out: Callable[[int], Array], what: Callable[[int], str]
+) -> None:
+    """The merged chunks at ``keys`` (by chunk), each into its place ``out(chunk)`` (a contiguous view).
+
+    Plain values are read straight into their place, their header apart, where the channel can
+    (Memcached's chunked values), and copied in once read elsewhere; then checked where they
+    lie. Any other codec's are decoded, then copied in.
+    """
+    if isinstance(codec, PlainCodec):
+        got = round_.wait_for_into({key: codec.target(out(chunk)) for chunk, key in keys.items()})
+        for chunk, key in keys.items():
+            value = got[key]
+            if isinstance(value, Placed):
+                codec.check_placed(value.head, out(chunk), what(chunk))
+            else:  # not of the chunk's length: decoding says what it is instead
+                codec.decode_merged(chunk, value, out(chunk), what(chunk))
+                raise CodecError(f"{what(chunk)} is not the length its place holds")
+        return
+    raw = round_.wait_for(list(keys.values()))
+    for chunk, key in keys.items():
+        out(chunk)[...] = codec.decode_merged(chunk, raw[key], out(chunk), what(chunk))
 
 
 def send_pieces(
@@ -204,10 +243,13 @@ class AllReduce(Pattern):
         merged_key = round_.key(self.tag, rank=None)
         if round_.rank != 0:
             round_.put(round_.key(self.tag, rank=round_.rank), codec.encode_piece(0, x))
-            raw = round_.wait_for([merged_key])[merged_key]
+            out = np.empty(x.shape, x.dtype)
+            receive_merged(
+                round_, codec, {0: merged_key}, lambda _: out, lambda _: f"merged value of round {round_.number}"
+            )
             # Rank 0 merged this round, so every rank had posted it: none reads the previous round again.
             round_.retire()
-            return codec.decode_merged(0, raw, x, f"merged value of round {round_.number}").copy()
+            return out
         own = codec.own_piece(0, x)
         part_keys = [round_.key(self.tag, rank=r) for r in range(1, round_.world_size)]
         parts = round_.wait_for(part_keys)
@@ -266,15 +308,20 @@ class ScatterReduce(Pattern):
         # there: the channel keeps the last two rounds (three while a delete runs).
         round_.retire()
         what = f"piece of chunk {rank} in round {number}"
-        data, total = codec.encode_merged(rank, owner_sum(codec, rank, own, mine, range(world), raw, what))
-        round_.put(round_.key(self.tag, rank=None, chunk=rank), data)
-
-        # 3. Gather the merged chunks the other ranks own.
         out = np.empty_like(flat)
-        out[lo:hi] = total
+        summed = owner_sum(codec, rank, own, mine, range(world), raw, what, into=out[lo:hi])
+        data, total = codec.encode_merged(rank, summed)
+        round_.put(round_.key(self.tag, rank=None, chunk=rank), data)
+        if total is not summed:  # a lossy codec's merged values are what every rank reads
+            out[lo:hi] = total
+
+        # 3. Gather the merged chunks the other ranks own, each straight into its place.
         merged_keys = {j: round_.key(self.tag, rank=None, chunk=j) for j in range(world) if j != rank}
-        merged = round_.wait_for(list(merged_keys.values()))
-        for j, key in merged_keys.items():
-            lo_j, hi_j = bounds[j]
-            out[lo_j:hi_j] = codec.decode_merged(j, merged[key], flat[lo_j:hi_j], f"merged chunk {j} of round {number}")
+        receive_merged(
+            round_,
+            codec,
+            merged_keys,
+            lambda j: out[bounds[j][0] : bounds[j][1]],
+            lambda j: f"merged chunk {j} of round {number}",
+        )
         return out.reshape(x.shape)

@@ -8,10 +8,10 @@ communicator's sealed channel, so every value stays bound to its key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from lambdaml.buffers import Value
+from lambdaml.buffers import Placed, Target, Value
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
 
@@ -81,6 +81,12 @@ class Round:
 
         Read-only views, not copies: a pattern only decodes what it reads."""
         return self._channel.wait_for_views(keys, self._timeout_s)
+
+    def wait_for_into(self, targets: Mapping[str, Target]) -> dict[str, Placed | memoryview]:
+        """``wait_for``, each value's bytes past its target's head read into the target's body
+        (``Placed``: its head; the body holds the rest, checked), or the value as it is where its
+        length is not the target's."""
+        return self._channel.wait_for_into(targets, self._timeout_s)
 
     def retire(self, behind: int = 1) -> None:
         """Every rank is past round ``number - behind``: what this rank wrote up to it may go.

@@ -16,6 +16,7 @@ import pytest
 
 from lambdaml import codec
 from lambdaml import keys as K
+from lambdaml.buffers import Placed
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
@@ -147,6 +148,45 @@ def test_wait_for_times_out_when_a_key_never_appears(channel: Channel, prefix: s
     elapsed = time.monotonic() - started
     assert 0.6 <= elapsed < 3.0
     assert "w/absent" in str(info.value)
+
+
+def test_wait_for_into_reads_each_value_past_its_head_into_its_body(channel: Channel, prefix: str) -> None:
+    big = 2 * (channel.max_item_bytes or 1 << 20) + 5  # chunked where the channel chunks
+    values = {prefix + "into/small": os.urandom(100), prefix + "into/big": os.urandom(big)}
+    channel.put_many(list(values.items()))
+    bodies = {key: memoryview(bytearray(len(data) - 16)) for key, data in values.items()}
+    got = channel.wait_for_into({key: (16, body) for key, body in bodies.items()}, timeout=10.0)
+    for key, data in values.items():
+        placed = got[key]
+        assert isinstance(placed, Placed)
+        assert bytes(placed.head) == data[:16] and bytes(bodies[key]) == data[16:]
+
+    # A value of another length than its target's comes back as it is, its body untouched.
+    short = memoryview(bytearray(b"\xab" * (big - 17)))
+    got = channel.wait_for_into({prefix + "into/big": (16, short)}, timeout=10.0)
+    assert bytes(got[prefix + "into/big"]) == values[prefix + "into/big"]
+    assert bytes(short) == b"\xab" * (big - 17)
+    with pytest.raises(SyncTimeout, match="into/absent"):
+        channel.wait_for_into({prefix + "into/absent": (0, memoryview(bytearray(1)))}, timeout=0.3)
+
+
+def test_a_chunked_value_read_into_place_is_never_joined_first(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if channel.kind != "memcached":
+        pytest.skip("only Memcached reads a chunked value's parts into buffers of its choosing")
+    key, data = prefix + "into/parts", os.urandom(3 * channel.max_item_bytes)
+    channel.put(key, data)
+    monkeypatch.setattr(channel, "_join_chunked", lambda manifests: pytest.fail("joined before placing"))
+    body = memoryview(bytearray(len(data) - 8))
+    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
+    assert bytes(body) == data[8:]
+    # A part of another write is refused here as in any other read of the value.
+    stale = channel._get(K.chunk_part(key, 1))
+    channel.put(key, os.urandom(len(data)))
+    channel._put(K.chunk_part(key, 1), stale)
+    with pytest.raises(ChannelError, match="reassembled wrong"):
+        channel.wait_for_into({key: (8, body)}, timeout=10.0)
 
 
 def test_concurrent_writers(channel: Channel, prefix: str) -> None:

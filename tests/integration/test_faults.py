@@ -95,7 +95,7 @@ def assert_no_keys_left(channel: ChannelSpec, job_id: str) -> None:
 
 #: A worker's data operations: every write, and every wait for other ranks' values. Their
 #: sequence is fixed by the job (polls are not counted: how many a wait takes depends on timing).
-DATA_OPERATIONS = ("put_many", "wait_for", "wait_for_packed")
+DATA_OPERATIONS = ("put_many", "wait_for", "wait_for_into", "wait_for_packed")
 #: Data operations per round of one rank under each pattern (AllReduce: a put and a wait;
 #: ScatterReduce: the pieces, the wait for mine, my merged chunk, the wait for the others'; on S3
 #: the pieces are one packed value and the wait for mine ranged-reads it).

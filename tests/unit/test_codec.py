@@ -417,3 +417,40 @@ def test_a_bundle_s_length_is_known_without_encoding_it() -> None:
     assert codec.bundle_bytes({"grid": np.zeros((3, 5), dtype=np.int64)}) == len(
         codec.encode_bundle({"grid": np.zeros((3, 5), dtype=np.int64)})
     )
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (2, 3)])
+def test_a_value_whose_payload_was_read_into_place_checks_as_decode_does(shape: tuple[int, ...]) -> None:
+    values = sample("float32", shape)
+    wire = codec.encode(values)
+    head = len(wire) - values.nbytes
+    out = np.empty(shape, np.float32)
+    out.data.cast("B")[:] = wire[head:]  # what a channel does, reading the payload straight into place
+    codec.check_placed(wire[:head], out)
+    assert np.array_equal(out, values)
+
+
+def test_a_value_read_into_place_is_refused_when_any_byte_of_it_is_wrong() -> None:
+    values = np.arange(6, dtype=np.float32)
+    wire = codec.encode(values)
+    head = len(wire) - values.nbytes
+    for i in range(HEADER, len(wire)):  # the header's own fields are tested through decode
+        corrupt = bytearray(wire)
+        corrupt[i] ^= 0x01
+        out = np.frombuffer(bytes(corrupt[head:]), np.float32).copy()
+        with pytest.raises(CodecError, match=r"corrupt|shape"):
+            codec.check_placed(bytes(corrupt[:head]), out, what="merged chunk 1")
+
+
+def test_a_value_read_into_a_place_of_another_kind_is_refused() -> None:
+    wire = codec.encode(np.arange(6, dtype=np.float32))
+    head, payload = wire[:-24], wire[-24:]
+    for out, match in (
+        (np.frombuffer(payload, np.int32).copy(), "has dtype float32, expected int32"),
+        (np.frombuffer(payload, np.float32).reshape(2, 3).copy(), r"has shape \(6,\), expected \(2, 3\)"),
+        (np.frombuffer(payload[:20], np.float32).copy(), "truncated or padded"),
+    ):
+        with pytest.raises(CodecError, match=match):
+            codec.check_placed(head, out)
+    with pytest.raises(CodecError, match="truncated"):
+        codec.check_placed(head[:10], np.zeros(6, np.float32))

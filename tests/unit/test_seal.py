@@ -1,5 +1,6 @@
-"""Opening a sealed value as a view: the same value and the same refusals as opening it as bytes;
-and a value damaged on its way from the store is read again, while a wrong one still fails."""
+"""Opening a sealed value as a view, or as a head with the rest read into place: the same value and
+the same refusals as opening it as bytes; and a value damaged on its way from the store is read
+again, while a wrong one still fails."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from lambdaml.buffers import Placed
 from lambdaml.channels.base import Piece
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.channels.sealed import SealedChannel
 from lambdaml.errors import CodecError
-from lambdaml.seal import Sealer, new_secret
+from lambdaml.seal import OVERHEAD, Sealer, new_secret
 
 
 @pytest.mark.parametrize("secret", [None, new_secret()], ids=["bound", "mac"])
@@ -27,6 +29,22 @@ def test_open_view_is_the_value_read_only_and_refuses_what_open_refuses(secret: 
         for opener in (sealer.open, sealer.open_view):
             with pytest.raises(CodecError):
                 opener(key, value)
+
+
+@pytest.mark.parametrize("secret", [None, new_secret()], ids=["bound", "mac"])
+def test_open_placed_checks_the_seal_over_the_head_and_the_rest(secret: bytes | None) -> None:
+    sealer = Sealer(secret)
+    sealed = sealer.seal("job/r1/k", b"head" + b"rest" * 1000)
+    head, rest = sealed[: OVERHEAD + 4], memoryview(bytearray(sealed[OVERHEAD + 4 :]))
+    assert bytes(sealer.open_placed("job/r1/k", head, rest)) == b"head"
+    with pytest.raises(CodecError, match=r"another key|MAC"):
+        sealer.open_placed("job/r2/k", head, rest)
+    rest[7] ^= 1
+    if secret is None:  # only the key is bound: a changed byte is the codec's to catch
+        assert bytes(sealer.open_placed("job/r1/k", head, rest)) == b"head"
+    else:
+        with pytest.raises(CodecError, match="MAC"):
+            sealer.open_placed("job/r1/k", head, rest)
 
 
 class _DamagesFirstRead(MemoryChannel):
@@ -64,7 +82,13 @@ def test_a_value_damaged_on_the_way_is_read_again_and_a_wrong_one_still_fails(
         "job/r1/p0": b"x" * 300,
         "job/r1/p1": b"y" * 500,
     }
+    channel.put_many([("job/r1/c", b"h" * 8 + b"c" * 992)])
+    body = memoryview(bytearray(992))
+    placed = channel.wait_for_into({"job/r1/c": (8, body)}, timeout=5)["job/r1/c"]
+    assert isinstance(placed, Placed) and bytes(placed.head) == b"h" * 8 and bytes(body) == b"c" * 992
     # A value written under another key reads the same the second time: the failure stands.
     inner.put("job/r2/a", inner.get("job/r1/a"))
     with pytest.raises(CodecError, match="job/r2/a"):
         channel.get("job/r2/a")
+    with pytest.raises(CodecError, match="job/r2/a"):
+        channel.wait_for_into({"job/r2/a": (8, memoryview(bytearray(992)))}, timeout=5)
