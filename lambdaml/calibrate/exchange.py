@@ -168,6 +168,31 @@ def _solve_increasing(f: Callable[[float], float], target: float, high: float) -
     return low if target - f(low) < f(high) - target else high
 
 
+def crowded_bytes(perf: ChannelPerf, world: int, extra: int, measured_s: float) -> float | None:
+    """How much slower ``world`` workers that each put ``extra`` bytes and get everyone else's move
+    them than one worker alone (``measured_s``: what the bytes added to their round); None where
+    the store, not the workers, sets that time.
+
+    One worker's time is its calls' bytes with their CPU waiting for a core, as the model has it.
+    The MAC an authenticated channel's workers compute over the bytes is the model's apart
+    (``ChannelPerf.mac_s``): counted as crowding too, it put Redis's at 1.5 a worker where
+    without it the same probes said 0.58, and the model then had ScatterReduce at W = 2,
+    d = 1e6 slower than AllReduce, which it beat 1.37x.
+    """
+    put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
+    alone = put_s + (world - 1) * get_s
+    hashing = perf.mac_s(world * extra, world)  # each worker's one put and world - 1 gets
+    store = store_s(perf, "put", 0, world * extra, world) + store_s(perf, "get", 0, world * (world - 1) * extra, world)
+    log.debug(
+        "%s W=%d, every worker's value to everyone: %.2f ms a round more than small values, %.2f ms alone, "
+        "%.2f ms of it hashing",
+        perf.kind, world, measured_s * 1e3, alone * 1e3, hashing * 1e3,
+    )  # fmt: skip
+    if alone < store:  # the store moves the bytes: what they take is the store's slowdown
+        return None
+    return (measured_s - hashing) / alone
+
+
 def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large_floats: int) -> ExchangeFigures:
     """What W workers that exchange values lose beyond one worker's transfers (``perf``: the
     channel as measured so far), measured with W processes.
@@ -219,19 +244,9 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
             )  # fmt: skip
         large_s = _mean_round(spec, world, large_floats, max(6, rounds // 2), pattern=None).round_s
         small_s = _mean_round(spec, world, SMALL_FLOATS, max(6, rounds // 2), pattern=None).round_s
-        extra = large - small
-        # What the bytes cost one worker, with its calls' CPU waiting for a core as the model has it.
-        put_s, get_s = (extra / perf.bandwidth(op) * perf.cpu_stretch(op, world) for op in ("put", "get"))
-        alone = put_s + (world - 1) * get_s
-        store = store_s(perf, "put", 0, world * extra, world) + store_s(
-            perf, "get", 0, world * (world - 1) * extra, world
-        )
-        if alone >= store:  # the workers, not the store, move the bytes: their slowdown is crowding
-            slowdowns[world] = (large_s - small_s) / alone
-        log.debug(
-            "%s W=%d, every worker's value to everyone: %.2f ms a round more than small values, %.2f ms alone",
-            spec.kind, world, (large_s - small_s) * 1e3, alone * 1e3,
-        )  # fmt: skip
+        slowdown = crowded_bytes(perf, world, large - small, large_s - small_s)
+        if slowdown is not None:
+            slowdowns[world] = slowdown
     # The model slows bytes by 1 + crowding * (n - 1), n the workers running at once: the
     # least-squares fit over the worlds measured (averaging each world's own slope would weigh
     # W=2 as much as a world 3x larger).

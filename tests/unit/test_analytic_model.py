@@ -28,6 +28,7 @@ from analytic_model.tables import aws_defaults, is_figure, price_table, prices
 from analytic_model.transfers import Poll, Polling, call_s, store_s
 from analytic_model.workload import schedule
 from lambdaml import codec, seal
+from lambdaml.calibrate.exchange import crowded_bytes
 from lambdaml.channels import CHANNELS, memcached
 from lambdaml.channels.base import Backoff
 from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
@@ -278,6 +279,19 @@ def test_workers_crowd_each_other_s_bytes_only_as_many_at_once_as_there_are_core
     # Beyond the cores the calls' CPU waits for a core instead (their CPU share, here none).
     assert call_s(shared, "get", 3, 1e6, crowd=8) == call_s(shared, "get", 3, 1e6, crowd=2)
     assert call_s(own, "get", 3, 1e6, crowd=8) > call_s(own, "get", 3, 1e6, crowd=2)
+
+
+def test_calibrated_crowding_leaves_out_the_mac_the_model_counts_apart() -> None:
+    plain = _channel(shared_cores=2.0)
+    authenticated = replace(plain, mac_Bps=1e9)
+    extra = 4e6  # each of 2 workers puts 4 MB and gets the other's: 80 ms alone at 100 MB/s
+    hashing = authenticated.mac_s(2 * extra, 2)
+    assert hashing == pytest.approx(0.008)
+    measured = 0.08 * 1.5 + hashing  # bytes slowed 1.5x, and the MAC on top
+    assert crowded_bytes(authenticated, 2, int(extra), measured) == pytest.approx(1.5)
+    assert crowded_bytes(plain, 2, int(extra), measured) == pytest.approx(1.6)  # no MAC: all of it is bytes
+    store_bound = replace(authenticated, server_put_Bps=1e6)
+    assert crowded_bytes(store_bound, 2, int(extra), measured) is None
 
 
 def test_a_store_that_reads_whole_objects_for_a_range_pays_for_the_packed_values() -> None:
