@@ -46,7 +46,7 @@ def choose_pattern(
     if workers <= 1:  # no collective at all
         return PatternChoice(patterns[0], 0.0, dict.fromkeys(patterns, 0.0))
     perf = profile.channel(channel, authenticated=authenticated)
-    polling = Polling.of(profile)
+    polling = Polling.of(profile, channel)
     predictions = {
         pattern: collective(
             perf, pattern, workers, vector_bytes, profile.compute.add_Bps, polling, profile.codec_header_bytes

@@ -169,7 +169,7 @@ def predict_faas(
         profile.compute.add_Bps * faas_speed(profile, memory_mb, 1) * architecture_speed(profile, architecture)
     )
     comm = communication(
-        workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile), header, alone_add_Bps,
+        workload, info, perf, pattern, workers, sched, add_Bps, Polling.of(profile, perf.kind), header, alone_add_Bps,
         profile.compute.codec_passes,
     )  # fmt: skip
     round_s = compute + comm.seconds

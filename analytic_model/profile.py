@@ -174,6 +174,7 @@ class PollFigures:
     initial_s: float
     factor: float
     max_s: float
+    channel_initial_s: Mapping[str, float]  # the channels whose first interval is not ``initial_s``
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,10 @@ class Polling:
     max_s: float
 
     @classmethod
-    def of(cls, profile: Profile) -> Polling:
+    def of(cls, profile: Profile, kind: str) -> Polling:
+        """The schedule of the ``kind`` channel's waits."""
         poll = profile.poll
-        return cls(poll.initial_s, poll.factor, poll.max_s)
+        return cls(poll.channel_initial_s.get(kind, poll.initial_s), poll.factor, poll.max_s)
 
     def wait(self, waiting_s: float, poll: Poll) -> tuple[float, float]:
         """(expected delay after the data landed, expected polls that found nothing) for a wait of

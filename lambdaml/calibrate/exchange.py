@@ -213,7 +213,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     a near-empty process that gave its heap back each round would fault its pages in again
     and measure rounds twice as long as a job's.
     """
-    polling = Polling.of(aws_profile())  # the poll schedule is code, not measured
+    polling = Polling.of(aws_profile(), spec.kind)  # the poll schedule is code, not measured
     message = len(codec.encode_bundle({"x": value(SMALL_FLOATS)})) + OVERHEAD  # a ring message, sealed
     header = len(codec.encode(value(0)))
     small, large = (len(codec.encode(value(n))) for n in (SMALL_FLOATS, large_floats))

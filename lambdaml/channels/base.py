@@ -152,6 +152,9 @@ class Channel(ABC):
     #: Whether the backend reads part of a value in one request (``_get_range``: S3's HTTP Range).
     #: Without it a ranged read fetches the whole value and slices it: correct, never cheaper.
     ranged_reads: ClassVar[bool] = False
+    #: A wait's first sleep between polls (``backoff``). Stores that bill per request keep
+    #: ``Backoff``'s; an in-memory store sleeps less, its polls being free and tens of microseconds.
+    first_poll_s: ClassVar[float] = Backoff.initial_s
 
     def __init__(self) -> None:
         self.stats = ChannelStats()
@@ -518,7 +521,7 @@ class Channel(ABC):
         found: dict[W, F] = {}
         started = time.monotonic()
         deadline = started + timeout
-        delays = iter((backoff or Backoff()).delays())
+        delays = iter((backoff or self.backoff()).delays())
         while True:
             poll_started = time.monotonic()
             found.update(fetch(pending))
@@ -535,6 +538,10 @@ class Channel(ABC):
                     f"{len(pending)} of {wanted} keys (first: {name(pending[0])})"
                 )
             time.sleep(min(next(delays), remaining))
+
+    def backoff(self) -> Backoff:
+        """The poll schedule of this channel's waits."""
+        return Backoff(initial_s=self.first_poll_s)
 
     def list(self, prefix: str = "") -> list[str]:
         """Every logical key under ``prefix``, sorted, across all pages."""

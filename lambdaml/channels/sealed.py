@@ -43,6 +43,7 @@ class SealedChannel(Channel):
         self.stats = inner.stats
         self.max_item_bytes = inner.max_item_bytes
         self.ranged_reads = inner.ranged_reads  # type: ignore[misc]  # as ``kind``
+        self.first_poll_s = inner.first_poll_s  # type: ignore[misc]  # as ``kind``
 
     @property
     def native_ranges(self) -> bool:

@@ -27,7 +27,7 @@ import numpy as np
 
 from lambdaml import codec, keys
 from lambdaml.arrays import Array
-from lambdaml.channels import Backoff, Channel
+from lambdaml.channels import Channel
 from lambdaml.comm.base import check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.errors import CodecError, SyncTimeout
@@ -185,7 +185,7 @@ class AsyncUpdates:
         total = np.zeros_like(like)
         needed = self.log.pushed - (self.staleness or 0)
         deadline = time.monotonic() + self.comm.timeout_s
-        delays = iter(Backoff().delays())
+        delays = iter(self.comm.channel.backoff().delays())
         started = time.perf_counter()
         while min(self.log.applied_from) < needed:
             if time.monotonic() > deadline:
@@ -229,7 +229,7 @@ class AsyncUpdates:
             totals = [int(codec.decode(done[k], dtype=np.int64)[0]) for k in done_keys]
             total = np.zeros_like(like)
             deadline = time.monotonic() + self.comm.timeout_s
-            delays = iter(Backoff().delays())
+            delays = iter(self.comm.channel.backoff().delays())
             while True:
                 total += self._merge(like)[0]
                 behind = [r for r in range(self.comm.world_size) if self.log.applied_from[r] < totals[r]]

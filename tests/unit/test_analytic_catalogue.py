@@ -201,12 +201,11 @@ def replace_warmup(work: Workload, steps: int) -> Workload:
 
 def test_ring_requests_per_worker_do_not_grow_with_w() -> None:
     profile = aws_profile()
-    polling = Polling.of(profile)
     message = Compression("onebit").value_bytes(100_000, 8)
     for kind in ("s3", "redis"):
         channel = profile.channel(kind)
         for w in (3, 10, 50, 100):
-            exchange = ring_exchange(channel, w, message, polling).requests
+            exchange = ring_exchange(channel, w, message, Polling.of(profile, kind)).requests
             assert ring_degree(w) == len(ring_neighbours(0, w)) == 2
             assert exchange.puts == w and exchange.deletes == w  # its message; the batch delete of the last
             # Its two neighbours', and the polls that missed them: those wait for the slower neighbour, not for W.
@@ -225,7 +224,7 @@ def test_ring_requests_per_worker_do_not_grow_with_w() -> None:
 def test_the_ring_waits_by_its_own_calibrated_figures_where_a_profile_has_them() -> None:
     from dataclasses import replace
 
-    polling = Polling.of(aws_profile())
+    polling = Polling.of(aws_profile(), "redis")
     redis = aws_profile().channel("redis")
     message = Compression("onebit").value_bytes(28, 8)
     ring = replace(redis, ring_wait_s=0.004, ring_wait_per_worker_s=0.002)
@@ -313,7 +312,7 @@ def test_a_real_compressed_allreduce_moves_the_bytes_the_model_counts(pattern: s
     info = work.check(profile)
     model = communication(
         work, info, profile.channel("s3" if packed else "redis"), pattern, world, schedule(work, world), 2e9,
-        Polling.of(profile), profile.codec_header_bytes,
+        Polling.of(profile, "s3" if packed else "redis"), profile.codec_header_bytes,
     ).requests  # fmt: skip
     assert real["puts"] == model.puts
     # Packed, every piece is one ranged read: its length is known, so no packed value's index is read first.

@@ -84,6 +84,10 @@ def test_defaults_agree_with_the_code_they_describe() -> None:
         backoff.factor,
         backoff.max_s,
     )
+    first_poll = {kind: CHANNELS.get(kind).first_poll_s for kind in CHANNELS}
+    assert {k: Polling.of(profile, k).initial_s for k in first_poll} == first_poll  # each channel's own
+    assert set(profile.poll.channel_initial_s) == {k for k, s in first_poll.items() if s != backoff.initial_s}
+    assert profile.poll.channel_initial_s  # the in-memory stores poll sooner
     assert profile.number("codec_header_bytes") == len(codec.encode(np.zeros(0))) + seal.OVERHEAD
     assert profile.channel("memcached").max_item_bytes == memcached.DEFAULT_MAX_ITEM_BYTES
     assert profile.channel("dynamodb").max_item_bytes == DYNAMODB_ITEM

@@ -24,7 +24,7 @@ PROFILE = load_profile()
 def test_the_choice_is_the_fastest_candidate_the_model_predicts(channel: str, workers: int, vector_bytes: int) -> None:
     options = candidates(workers, compressed=False)
     choice = choose_pattern(PROFILE, channel, workers, vector_bytes, options)
-    perf, polling = PROFILE.channel(channel), Polling.of(PROFILE)
+    perf, polling = PROFILE.channel(channel), Polling.of(PROFILE, channel)
     for pattern in options:
         predicted = collective(
             perf, pattern, workers, vector_bytes, PROFILE.compute.add_Bps, polling, PROFILE.codec_header_bytes

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from lambdaml.buffers import Placed
-from lambdaml.channels.base import Piece
+from lambdaml.channels.base import Backoff, Piece
 from lambdaml.channels.memory import MemoryChannel
+from lambdaml.channels.redis import RedisChannel
 from lambdaml.channels.sealed import SealedChannel
 from lambdaml.errors import CodecError
 from lambdaml.seal import OVERHEAD, Sealer, new_secret
@@ -92,3 +93,9 @@ def test_a_value_damaged_on_the_way_is_read_again_and_a_wrong_one_still_fails(
         channel.get("job/r2/a")
     with pytest.raises(CodecError, match="job/r2/a"):
         channel.wait_for_into({"job/r2/a": (8, memoryview(bytearray(992)))}, timeout=5)
+
+
+def test_a_sealed_channel_polls_on_the_schedule_of_the_channel_it_wraps() -> None:
+    redis = RedisChannel(client=object())  # no requests are made: only its class figures are read
+    assert SealedChannel(redis, Sealer(new_secret())).backoff() == redis.backoff() == Backoff(initial_s=0.0001)
+    assert SealedChannel(MemoryChannel(), Sealer(new_secret())).backoff() == Backoff()
