@@ -299,8 +299,8 @@ def measure(
     and the PUTs and GETs (polls included) this rank's library rounds made, per round.
 
     A pattern runs its rounds back to back, as a job does. Taking turns round by round with the
-    other patterns of its cell, a Memcached ScatterReduce round at d >= 1e6 read 1.24-1.53x its
-    raw round (0.84-1.26x back to back), and the rounds at d = 1e4 ranked the patterns no more
+    other patterns of its cell, a Memcached ScatterReduce round at d >= 1e6 read 1.16-1.53x its
+    raw round (0.84-1.40x back to back), and the rounds at d = 1e4 ranked the patterns no more
     consistently from run to run.
     """
     x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
