@@ -153,7 +153,10 @@ class Channel(ABC):
     #: Without it a ranged read fetches the whole value and slices it: correct, never cheaper.
     ranged_reads: ClassVar[bool] = False
     #: A wait's first sleep between polls (``backoff``). Stores that bill per request keep
-    #: ``Backoff``'s; an in-memory store sleeps less, its polls being free and tens of microseconds.
+    #: ``Backoff``'s; an in-memory store sleeps less, its polls being free and tens of microseconds:
+    #: at 0.5 ms, the sleep was most of a small round's wait on a loopback Redis or Memcached
+    #: (at W = 2, d = 1e4 AllReduce read 1.14-1.35x its raw round on Redis and 1.09-2.19x on
+    #: Memcached, 0.93-1.09x at 0.1 ms).
     first_poll_s: ClassVar[float] = Backoff.initial_s
 
     def __init__(self) -> None:

@@ -40,10 +40,7 @@ class RedisChannel(Channel):
     """Values as Redis strings; pipelined SETs for batch writes, MGET for batch reads."""
 
     kind = "redis"
-    # A first sleep of 0.5 ms was most of a small round's wait on a loopback store: at W = 2 and
-    # d = 1e4 AllReduce read 1.14-1.35x its raw round on Redis and 1.09-2.19x on Memcached,
-    # 0.93-1.09x with 0.1 ms.
-    first_poll_s = 0.0001
+    first_poll_s = 0.0001  # an in-memory store (``Channel.first_poll_s``)
     put_batch = 100
 
     def __init__(self, client: Any) -> None:
