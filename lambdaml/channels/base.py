@@ -149,6 +149,11 @@ class Channel(ABC):
     #: 1: every value is its own request. Batches still go out concurrently.
     put_batch: int = 1
     put_batch_bytes: int = 1 << 20
+    #: Whether the backend stores one write request's values in the order they were sent (Memcached's
+    #: commands pipelined on one connection). A chunked value's parts then go in one request with its
+    #: manifest last, and a reader that finds the manifest still finds every part; otherwise the
+    #: manifests go once every part's request has returned, a round trip later.
+    ordered_writes: ClassVar[bool] = False
     #: Whether the backend reads part of a value in one request (``_get_range``: S3's HTTP Range).
     #: Without it a ranged read fetches the whole value and slices it: correct, never cheaper.
     ranged_reads: ClassVar[bool] = False
@@ -284,11 +289,14 @@ class Channel(ABC):
 
         Values over the item limit are split first, so every part of every value goes out
         in one concurrent batch and the manifests follow in a second: a reader that sees a
-        key sees all its parts, and no pool task ever waits on the pool it runs in.
+        key sees all its parts, and no pool task ever waits on the pool it runs in. Where the
+        backend keeps a request's order (``ordered_writes``), each chunked value is one request
+        of its parts and then its manifest, and there is no second batch.
         """
         limit = self.max_item_bytes
         first: list[tuple[str, Value]] = []  # whole values and chunk parts
         manifests: list[tuple[str, Value]] = []
+        chunked: list[list[tuple[str, Value]]] = []  # a value's parts, then its manifest
         sent = 0
         for key, value in items:
             data = value if isinstance(value, (bytes, tuple)) else bytes(value)  # a caller's bytearray, say
@@ -298,17 +306,22 @@ class Channel(ABC):
                 sent += length
                 continue
             parts, manifest = split_value(key, data, limit)
-            first.extend(parts)
-            manifests.append(manifest)
+            if self.ordered_writes:
+                chunked.append([*parts, manifest])
+            else:
+                first.extend(parts)
+                manifests.append(manifest)
             sent += length + len(manifest[1])
 
         def put_batch(batch: Sequence[tuple[str, Value]]) -> None:
             self._retry(self._write, batch)  # a write is idempotent: a retried batch rewrites the same bytes
 
-        self._map(put_batch, self._put_batches(first))
+        batches = self._put_batches(first) + chunked
+        self._map(put_batch, batches)
         self._map(put_batch, self._put_batches(manifests))
-        self.stats.add(puts=len(first) + len(manifests), bytes_sent=sent)
-        return [key for key, _ in first] + [key for key, _ in manifests]
+        stored = [key for batch in batches for key, _ in batch] + [key for key, _ in manifests]
+        self.stats.add(puts=len(stored), bytes_sent=sent)
+        return stored
 
     def put_new(self, key: str, data: bytes) -> bool:
         """Create ``key`` unless it exists (one conditional write, never chunked); True if this call created it.
@@ -465,13 +478,11 @@ class Channel(ABC):
         parts = self._get_many(part_keys)
         return {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
 
-    def _join_chunked_into(
-        self, manifests: Sequence[Manifest], into: Mapping[str, Target]
-    ) -> dict[str, bytes | Placed]:
-        """``_join_chunked``, a value of its target's length read into it (Placed) where the backend
-        reads into buffers of its choosing; here every value is joined (the rich layer copies it in)."""
-        joined: dict[str, bytes | Placed] = dict(self._join_chunked(manifests))
-        return joined
+    def _fetch_into(self, keys: Sequence[str], targets: Mapping[str, Target]) -> Mapping[str, bytes | Placed]:
+        """``wait_for_into``'s poll: the values of ``keys`` that exist, here read whole (the rich layer
+        copies each into its target). A backend that reads into buffers of its choosing overrides
+        this to read a value of its target's length straight into it (``Placed``)."""
+        return self.get_many(keys)
 
     def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.
@@ -493,7 +504,7 @@ class Channel(ABC):
         """
 
         def fetch(pending: list[str]) -> dict[str, Placed | memoryview]:
-            found = self._with_parts(self._fetch(pending), lambda ms: self._join_chunked_into(ms, targets))
+            found = self._fetch_into(pending, targets)
             return {key: _placed(value, targets[key]) for key, value in found.items()}
 
         return self._wait(list(dict.fromkeys(targets)), fetch, timeout, backoff, lambda k: k)

@@ -37,11 +37,18 @@ class Manifest:
         return [K.chunk_part(self.key, i) for i in range(self.parts)]
 
 
+def part_spans(total: int, limit: int) -> list[tuple[int, int]]:
+    """The bytes of a ``total``-byte value each part holds (after its write id), at the item ``limit``."""
+    step = limit - WRITE_ID
+    return [(start, min(start + step, total)) for start in range(0, total, step)]
+
+
 def split_value(key: str, data: Value, limit: int) -> tuple[list[tuple[str, Buffers]], tuple[str, bytes]]:
     """The parts (each at most ``limit`` bytes: the write id and views of ``data``, nothing copied)
     and the manifest of ``data`` at ``key``."""
-    write_id, step, total = os.urandom(WRITE_ID), limit - WRITE_ID, size(data)
-    parts = [(K.chunk_part(key, n), (write_id, *cut(data, i, i + step))) for n, i in enumerate(range(0, total, step))]
+    write_id, total = os.urandom(WRITE_ID), size(data)
+    spans = part_spans(total, limit)
+    parts = [(K.chunk_part(key, n), (write_id, *cut(data, start, stop))) for n, (start, stop) in enumerate(spans)]
     return parts, (key, _MANIFEST.pack(_MAGIC, _VERSION, len(parts), total, write_id))
 
 

@@ -25,10 +25,11 @@ from pymemcache.exceptions import (
 )
 
 from lambdaml import credentials
+from lambdaml import keys as K
 from lambdaml.buffers import Buffers, Placed, Target, Value, cut, joined, size
 from lambdaml.channels import memcached_io
 from lambdaml.channels.base import Channel
-from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts, reassembled_wrong
+from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts, manifest_of, part_spans, reassembled_wrong
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -48,6 +49,39 @@ _BATCH = 100  # keys per multi-get / multi-delete request
 # pymemcache reads responses 4 KB per recv() and has no option for it: an 800 KB value took
 # 200 system calls, 0.85 ms on loopback against 0.30 ms with 64 KB reads.
 pymemcache.client.base.RECV_SIZE = max(pymemcache.client.base.RECV_SIZE, 64 * 1024)
+
+
+class _PartPlacer:
+    """Where each part of a chunked value goes as it is read, in order: its write id into a buffer
+    of the write ids, its bytes into ``value`` (``manifest.total`` bytes in all) at the next offset."""
+
+    def __init__(self, manifest: Manifest, value: Buffers, kind: str) -> None:
+        self.manifest, self.value, self.kind = manifest, value, kind
+        self.write_ids = bytearray(WRITE_ID * manifest.parts)
+        self.index = {key: i for i, key in enumerate(manifest.part_keys)}
+        self.offset = 0  # the value's bytes placed so far
+
+    def __call__(self, key: str, length: int) -> list[memoryview]:
+        i, start = self.index[key], self.offset
+        self.offset += length - WRITE_ID
+        if length < WRITE_ID or self.offset > self.manifest.total:
+            raise reassembled_wrong(self.manifest, self.kind)
+        head = memoryview(self.write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID]
+        return [head, *(memoryview(view) for view in cut(self.value, start, self.offset))]
+
+    def check(self, found: Sequence[str]) -> None:
+        """Refuse the value if a part is missing or of another write (``found``: the parts read)."""
+        ids = {key: self.write_ids[self.index[key] * WRITE_ID : (self.index[key] + 1) * WRITE_ID] for key in found}
+        check_parts(self.manifest, {key: bytes(head) for key, head in ids.items()}, self.offset, self.kind)
+
+
+def _dropped(length: int) -> list[memoryview]:
+    """Buffers for ``length`` bytes nobody keeps: one 64 KB buffer, over and over."""
+    if not length:
+        return []
+    scratch = memoryview(bytearray(min(length, 1 << 16)))
+    whole, rest = divmod(length, len(scratch))
+    return [scratch] * whole + ([scratch[:rest]] if rest else [])
 
 
 class _UnknownCommand(Exception):
@@ -109,6 +143,7 @@ class MemcachedChannel(Channel):
     kind = "memcached"
     first_poll_s = 0.0001  # an in-memory store (``Channel.first_poll_s``)
     put_batch = _BATCH
+    ordered_writes = True  # a connection's commands run in order: a value's parts, then its manifest
 
     def __init__(
         self,
@@ -261,48 +296,63 @@ class MemcachedChannel(Channel):
 
         return dict(self._map(read, manifests))
 
-    def _join_chunked_into(
-        self, manifests: Sequence[Manifest], into: Mapping[str, Target]
-    ) -> dict[str, bytes | Placed]:
-        """A value of its target's length read part by part into the target (its head apart,
-        the rest straight into the body): no buffer of its own, and no copy after."""
-        pool = self._connections
-        fits = [m for m in manifests if m.key in into and m.total == into[m.key][0] + into[m.key][1].nbytes]
-        if pool is None or not fits:
-            return super()._join_chunked_into(manifests, into)
+    def _fetch_into(self, keys: Sequence[str], targets: Mapping[str, Target]) -> dict[str, bytes | Placed]:
+        """A value longer than an item, as its target expects, read in one ``get`` of its manifest
+        and the parts a value of that length has, straight into the target: the manifest is not
+        read first, a round trip of its own. Parts read before their manifest is there (a write
+        in progress), or parts of a value of another length, are dropped as they come in."""
+        pool, limit = self._connections, self.max_item_bytes
+        chunked = [key for key in keys if limit is not None and targets[key][0] + targets[key][1].nbytes > limit]
+        if pool is None or limit is None or not chunked:
+            return dict(super()._fetch_into(keys, targets))
+        found = dict(super()._fetch_into([key for key in keys if key not in chunked], targets))
+        for key, value in self._map(lambda key: (key, self._read_into(pool, key, targets[key], limit)), chunked):
+            if value is not None:
+                found[key] = value
+        return found
 
-        def read(manifest: Manifest) -> tuple[str, Placed]:
-            head, body = into[manifest.key]
-            held = bytearray(head)
-            self._read_parts(pool, manifest, (memoryview(held), body))
-            return manifest.key, Placed(bytes(held))
+    def _read_into(self, pool: Any, key: str, target: Target, limit: int) -> bytes | Placed | None:
+        """The value at ``key`` (None: not there yet), read into ``target`` if it is chunked at its length."""
+        head, body = target
+        total = head + body.nbytes
+        part_keys = [K.chunk_part(key, n) for n in range(len(part_spans(total, limit)))]
+        held = bytearray(head)
+        stored: list[bytearray] = []  # what the key itself holds: the manifest, or a value of another length
+        placer: _PartPlacer | None = None
+        dropped = 0
 
-        joined: dict[str, bytes | Placed] = dict(self._map(read, fits))
-        rest = [m for m in manifests if m.key not in joined]
-        if rest:
-            joined.update(self._join_chunked(rest))
-        return joined
+        def place(name: str, length: int) -> Sequence[memoryview]:
+            nonlocal placer, dropped
+            if name == key:  # asked for first, so it comes before any part
+                stored.append(bytearray(length))
+                return [memoryview(stored[0])]
+            if placer is None and stored:
+                manifest = manifest_of(key, bytes(stored[0]), self.kind)
+                if manifest is not None and (manifest.parts, manifest.total) == (len(part_keys), total):
+                    placer = _PartPlacer(manifest, (memoryview(held), body), self.kind)
+            if placer is None:
+                dropped += length
+                return _dropped(length)
+            return placer(name, length)
+
+        found = self._call(f"get of {key} and its parts", self._get_into, pool, [key, *part_keys], place)
+        if not stored:
+            self.stats.add(gets=1, bytes_received=dropped)
+            return None
+        raw = bytes(stored[0])
+        self.stats.add(gets=1, bytes_received=len(raw) + dropped)
+        if placer is None:  # not chunked at the target's length (or no part there): read as any other value
+            return self._assemble({key: raw})[key]
+        self.stats.add(gets=len(part_keys), bytes_received=placer.offset + len(part_keys) * WRITE_ID)
+        placer.check([name for name in found if name != key])
+        return Placed(bytes(held))
 
     def _read_parts(self, pool: Any, manifest: Manifest, value: Buffers) -> None:
         """The manifest's parts read into ``value`` (buffers of ``manifest.total`` bytes in all), at
         their offsets: one ``get`` of all the parts, in order, on one connection; refused if one
         is missing, of another write, or of other lengths."""
-        write_ids = bytearray(WRITE_ID * manifest.parts)
-        where = {key: i for i, key in enumerate(manifest.part_keys)}
-        offset = 0
-
-        def place(key: str, length: int) -> list[memoryview]:
-            nonlocal offset
-            i, start = where[key], offset
-            offset += length - WRITE_ID
-            if length < WRITE_ID or offset > manifest.total:
-                raise reassembled_wrong(manifest, self.kind)
-            head = memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID]
-            return [head, *(memoryview(view) for view in cut(value, start, offset))]
-
-        found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
-        heads = {key: bytes(write_ids[where[key] * WRITE_ID : (where[key] + 1) * WRITE_ID]) for key in found}
-        check_parts(manifest, heads, offset, self.kind)
+        placer = _PartPlacer(manifest, value, self.kind)
+        placer.check(self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, placer))
 
     @staticmethod
     def _get_into(pool: Any, keys: Sequence[str], place: memcached_io.Placer) -> list[str]:

@@ -16,9 +16,10 @@ import pytest
 
 from lambdaml import codec
 from lambdaml import keys as K
-from lambdaml.buffers import Placed
+from lambdaml.buffers import Placed, joined
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
+from lambdaml.channels.chunks import split_value
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
 
 pytestmark = pytest.mark.timeout(120)
@@ -186,6 +187,50 @@ def test_a_chunked_value_read_into_place_is_never_joined_first(
     channel.put(key, os.urandom(len(data)))
     channel._put(K.chunk_part(key, 1), stale)
     with pytest.raises(ChannelError, match="reassembled wrong"):
+        channel.wait_for_into({key: (8, body)}, timeout=10.0)
+
+
+def test_a_chunked_value_is_one_write_request_and_read_into_place_in_one_get(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not channel.ordered_writes:
+        pytest.skip("only Memcached keeps a write request's order")
+    assert channel.max_item_bytes is not None
+    key, data = prefix + "ordered/value", os.urandom(2 * channel.max_item_bytes + 100)
+    parts = [K.chunk_part(key, n) for n in range(3)]
+    writes: list[list[str]] = []
+    write = channel._write
+    monkeypatch.setattr(channel, "_write", lambda batch: (writes.append([k for k, _ in batch]), write(batch))[1])
+    assert sorted(channel.put(key, data)) == sorted([*parts, key])
+    assert writes == [[*parts, key]]  # the manifest last, in its parts' request
+    gets: list[list[str]] = []
+    get_into = channel._get_into
+    monkeypatch.setattr(
+        channel, "_get_into", lambda pool, keys, place: (gets.append(list(keys)), get_into(pool, keys, place))[1]
+    )
+    body = memoryview(bytearray(len(data) - 8))
+    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
+    assert bytes(body) == data[8:]
+    assert gets == [[key, *parts]]  # no read of the manifest first
+
+
+def test_parts_before_their_manifest_are_no_value_and_a_part_gone_is_an_error(channel: Channel, prefix: str) -> None:
+    if not channel.ordered_writes:
+        pytest.skip("only Memcached reads a chunked value and its manifest in one get")
+    assert channel.max_item_bytes is not None
+    key, data = prefix + "ordered/in-progress", os.urandom(2 * channel.max_item_bytes)
+    parts, manifest = split_value(key, data, channel.max_item_bytes)
+    for part, value in parts:  # a write in progress: its parts stored, its manifest not yet
+        channel._put(part, joined(value))
+    body = memoryview(bytearray(b"\xab" * (len(data) - 8)))
+    with pytest.raises(SyncTimeout, match="in-progress"):
+        channel.wait_for_into({key: (8, body)}, timeout=0.3)
+    assert bytes(body) == b"\xab" * len(body)  # the parts read without their manifest were dropped
+    channel._put(*manifest)
+    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
+    assert bytes(body) == data[8:]
+    channel._delete([parts[1][0]])  # evicted, say
+    with pytest.raises(ChannelError, match="missing 1 of 3 parts"):
         channel.wait_for_into({key: (8, body)}, timeout=10.0)
 
 

@@ -25,7 +25,7 @@ from analytic_model.compute import faas_speed, lambda_vcpus
 from analytic_model.prediction import Prediction, heartbeats
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
-from analytic_model.transfers import Poll, Polling, call_s, store_s
+from analytic_model.transfers import ORDERED_WRITE_CHANNELS, Poll, Polling, call_s, store_s
 from analytic_model.workload import schedule
 from lambdaml import codec, seal
 from lambdaml.calibrate.exchange import crowded_bytes
@@ -171,8 +171,9 @@ class RangedMemoryView(MemoryView):
         return value[start:stop]
 
 
-def test_the_model_mirrors_the_channels_ranged_reads_and_the_packed_index() -> None:
+def test_the_model_mirrors_the_channels_ranged_reads_ordered_writes_and_the_packed_index() -> None:
     assert {kind for kind in CHANNELS if CHANNELS.get(kind).ranged_reads} == RANGED_READ_CHANNELS
+    assert {kind for kind in CHANNELS if CHANNELS.get(kind).ordered_writes} == ORDERED_WRITE_CHANNELS
     assert all(packed_index_bytes(n) == codec.packed_index_bytes(n) for n in range(10))
 
 
