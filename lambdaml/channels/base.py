@@ -484,13 +484,27 @@ class Channel(ABC):
         this to read a value of its target's length straight into it (``Placed``)."""
         return self.get_many(keys)
 
-    def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
+    def wait_for(
+        self,
+        keys: Sequence[str],
+        timeout: float,
+        *,
+        backoff: Backoff | None = None,
+        lengths: Mapping[str, int] | None = None,
+    ) -> dict[str, bytes]:
         """Wait until every key exists and return their values; raises SyncTimeout.
 
-        Polls only the keys still missing, with a backoff that starts at half a
-        millisecond, so a round costs about what its transfers cost.
+        Polls only the keys still missing, with a backoff that starts small, so a round costs
+        about what its transfers cost. ``lengths``: the length of each value the reader knows
+        it, which a backend may read in fewer requests (Memcached: a chunked value's manifest
+        and parts in one get); a value of another length still comes back as it is.
         """
-        return self._wait(list(dict.fromkeys(keys)), self.get_many, timeout, backoff, lambda k: k)
+        return self._wait(list(dict.fromkeys(keys)), self._sized_poll(lengths or {}), timeout, backoff, lambda k: k)
+
+    def _sized_poll(self, lengths: Mapping[str, int]) -> Callable[[list[str]], Mapping[str, bytes]]:
+        """``wait_for``'s poll, once for a wait, given the values' lengths where known: here
+        ``get_many``, which needs none."""
+        return self.get_many
 
     def wait_for_into(
         self, targets: Mapping[str, Target], timeout: float, *, backoff: Backoff | None = None
@@ -510,10 +524,16 @@ class Channel(ABC):
         return self._wait(list(dict.fromkeys(targets)), fetch, timeout, backoff, lambda k: k)
 
     def wait_for_views(
-        self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
+        self,
+        keys: Sequence[str],
+        timeout: float,
+        *,
+        backoff: Backoff | None = None,
+        lengths: Mapping[str, int] | None = None,
     ) -> dict[str, memoryview]:
         """``wait_for``, the values as read-only views: a sealed channel opens them without copying them."""
-        return {k: memoryview(v).toreadonly() for k, v in self.wait_for(keys, timeout, backoff=backoff).items()}
+        found = self.wait_for(keys, timeout, backoff=backoff, lengths=lengths)
+        return {k: memoryview(v).toreadonly() for k, v in found.items()}
 
     def wait_for_packed_views(
         self, pieces: Sequence[Piece], timeout: float, *, backoff: Backoff | None = None

@@ -311,6 +311,23 @@ class MemcachedChannel(Channel):
                 found[key] = value
         return found
 
+    def _sized_poll(self, lengths: Mapping[str, int]) -> Callable[[list[str]], Mapping[str, bytes]]:
+        """A value longer than an item whose length the reader knows is read as into a target
+        (``_fetch_into``): into a buffer of its length, made once for the whole wait."""
+        limit = self.max_item_bytes
+        buffers = {key: bytearray(n) for key, n in lengths.items() if limit is not None and n > limit}
+        if self._connections is None or not buffers:
+            return super()._sized_poll(lengths)
+
+        def poll(pending: list[str]) -> dict[str, bytes]:
+            sized = [key for key in pending if key in buffers]
+            found = self.get_many([key for key in pending if key not in buffers])
+            for key, value in self._fetch_into(sized, {key: (0, memoryview(buffers[key])) for key in sized}).items():
+                found[key] = buffers[key] if isinstance(value, Placed) else value  # type: ignore[assignment]
+            return found
+
+        return poll
+
     def _read_into(self, pool: Any, key: str, target: Target, limit: int) -> bytes | Placed | None:
         """The value at ``key`` (None: not there yet), read into ``target`` if it is chunked at its length."""
         head, body = target

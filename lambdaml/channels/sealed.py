@@ -84,13 +84,27 @@ class SealedChannel(Channel):
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         return self._open(self.inner.get_many(keys), self.inner.get, self.sealer.open)
 
-    def wait_for(self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None) -> dict[str, bytes]:
-        return self._open(self.inner.wait_for(keys, timeout, backoff=backoff), self.inner.get, self.sealer.open)
+    def wait_for(
+        self,
+        keys: Sequence[str],
+        timeout: float,
+        *,
+        backoff: Backoff | None = None,
+        lengths: Mapping[str, int] | None = None,
+    ) -> dict[str, bytes]:
+        found = self.inner.wait_for(keys, timeout, backoff=backoff, lengths=self._sealed_sizes(lengths))
+        return self._open(found, self.inner.get, self.sealer.open)
 
     def wait_for_views(
-        self, keys: Sequence[str], timeout: float, *, backoff: Backoff | None = None
+        self,
+        keys: Sequence[str],
+        timeout: float,
+        *,
+        backoff: Backoff | None = None,
+        lengths: Mapping[str, int] | None = None,
     ) -> dict[str, memoryview]:
-        return self._open(self.inner.wait_for(keys, timeout, backoff=backoff), self.inner.get, self.sealer.open_view)
+        found = self.inner.wait_for(keys, timeout, backoff=backoff, lengths=self._sealed_sizes(lengths))
+        return self._open(found, self.inner.get, self.sealer.open_view)
 
     def wait_for_into(
         self, targets: Mapping[str, Target], timeout: float, *, backoff: Backoff | None = None
@@ -149,6 +163,11 @@ class SealedChannel(Channel):
                 log.warning("%s on the %s channel: %s; reading it again", key, self.describe(), exc)
                 opened[key] = opener(key, reread(key))
         return opened
+
+    @staticmethod
+    def _sealed_sizes(lengths: Mapping[str, int] | None) -> dict[str, int] | None:
+        """Values' lengths as sealed on the wire."""
+        return None if lengths is None else {key: n + OVERHEAD for key, n in lengths.items()}
 
     @staticmethod
     def _sealed_lengths(pieces: Sequence[Piece]) -> list[Piece]:

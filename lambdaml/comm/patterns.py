@@ -209,7 +209,8 @@ def receive_pieces(
         lengths = {p: codec.piece_bytes(p, values(p)) for p in peers}
         got = round_.wait_for_packed(packed_pieces(round_, tag, peers, lengths, keys))
     else:
-        got = round_.wait_for(list(keys.values()))
+        size = codec.piece_bytes(me, values(me))  # every sender's piece of my chunk is as long as mine
+        got = round_.wait_for(list(keys.values()), None if size is None else dict.fromkeys(keys.values(), size))
     return {p: got[key] for p, key in keys.items()}
 
 
@@ -252,7 +253,8 @@ class AllReduce(Pattern):
             return out
         own = codec.own_piece(0, x)
         part_keys = [round_.key(self.tag, rank=r) for r in range(1, round_.world_size)]
-        parts = round_.wait_for(part_keys)
+        size = codec.piece_bytes(0, x)  # every rank's value is as long as mine
+        parts = round_.wait_for(part_keys, None if size is None else dict.fromkeys(part_keys, size))
         values = (
             codec.decode_piece(0, r, parts[key], x, f"rank {r}'s value of round {round_.number}")
             for r, key in enumerate(part_keys, start=1)

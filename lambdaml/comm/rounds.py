@@ -76,11 +76,13 @@ class Round:
         """The pieces by their keys, once their packed values exist (bounded, opened and checked)."""
         return self._channel.wait_for_packed_views(pieces, self._timeout_s)
 
-    def wait_for(self, keys: Sequence[str]) -> dict[str, memoryview]:
+    def wait_for(self, keys: Sequence[str], lengths: Mapping[str, int] | None = None) -> dict[str, memoryview]:
         """The values of ``keys``, once all exist (bounded by the job's timeout; opened and checked).
 
-        Read-only views, not copies: a pattern only decodes what it reads."""
-        return self._channel.wait_for_views(keys, self._timeout_s)
+        Read-only views, not copies: a pattern only decodes what it reads. ``lengths``: each
+        value's wire length where the encoding fixes it, which spares a chunked value's manifest
+        read where the channel can (``Channel.wait_for``)."""
+        return self._channel.wait_for_views(keys, self._timeout_s, lengths=lengths)
 
     def wait_for_into(self, targets: Mapping[str, Target]) -> dict[str, Placed | memoryview]:
         """``wait_for``, each value's bytes past its target's head read into the target's body

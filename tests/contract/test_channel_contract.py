@@ -20,7 +20,9 @@ from lambdaml.buffers import Placed, joined
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
 from lambdaml.channels.chunks import split_value
+from lambdaml.channels.sealed import SealedChannel
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
+from lambdaml.seal import Sealer, new_secret
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -212,6 +214,27 @@ def test_a_chunked_value_is_one_write_request_and_read_into_place_in_one_get(
     assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
     assert bytes(body) == data[8:]
     assert gets == [[key, *parts]]  # no read of the manifest first
+
+
+def test_a_chunked_value_of_known_length_is_waited_for_in_one_get(
+    channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not channel.ordered_writes:
+        pytest.skip("only Memcached reads a chunked value and its manifest in one get")
+    assert channel.max_item_bytes is not None
+    key, data = prefix + "sized/value", os.urandom(2 * channel.max_item_bytes + 100)
+    sealed = SealedChannel(channel, Sealer(new_secret()))  # as the communicator reads: each length + the seal's
+    sealed.put(key, data)
+    gets: list[list[str]] = []
+    get_into = channel._get_into
+    monkeypatch.setattr(
+        channel, "_get_into", lambda pool, keys, place: (gets.append(list(keys)), get_into(pool, keys, place))[1]
+    )
+    found = sealed.wait_for_views([key], timeout=10.0, lengths={key: len(data)})
+    assert {k: bytes(v) for k, v in found.items()} == {key: data}
+    assert gets == [[key, *(K.chunk_part(key, n) for n in range(3))]]  # no read of the manifest first
+    # A length the reader has wrong changes nothing but the requests: the value as it is.
+    assert sealed.wait_for([key], timeout=10.0, lengths={key: len(data) - 1}) == {key: data}
 
 
 def test_parts_before_their_manifest_are_no_value_and_a_part_gone_is_an_error(channel: Channel, prefix: str) -> None:

@@ -75,6 +75,28 @@ def test_scatter_reduce_equals_allreduce_on_real_channels(services: Services, ki
             channel.close()
 
 
+@pytest.mark.parametrize("pattern", ["allreduce", "scatter_reduce"])
+def test_chunked_values_on_memcached_sum_to_the_same_bits(services: Services, pattern: str) -> None:
+    """Every value over the item limit: each written in one request, its manifest last, and read
+    with its manifest in one get where its length is known (pieces, merged values)."""
+    spec = channel_spec("memcached", services).model_copy(update={"max_item_bytes": 40_000})
+    channels = [open_channel(spec) for _ in range(WORKERS)]
+    rng = np.random.default_rng(12)
+    inputs = [[rng.standard_normal(D).astype(np.float32) for _ in range(WORKERS)] for _ in range(ROUNDS)]
+    try:
+        job_id = unique_name("chunked")
+        results = run_pattern(channels, inputs, pattern, job_id)
+        assert channels[0].list(keys.comm_prefix(job_id)) == []
+        for i, xs in enumerate(inputs):
+            expected = xs[0].copy()
+            for x in xs[1:]:
+                expected += x
+            assert all(np.array_equal(result, expected) for result in results[i]), f"round {i}"
+    finally:
+        for channel in channels:
+            channel.close()
+
+
 @pytest.mark.parametrize("world", [4, 6, 9])
 @pytest.mark.parametrize("kind", ["s3", "redis"])
 def test_scatter_reduce_2d_is_the_flat_sum_on_every_rank_and_run(services: Services, kind: str, world: int) -> None:
