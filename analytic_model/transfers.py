@@ -10,7 +10,8 @@ from analytic_model.channel_perf import ChannelPerf
 from analytic_model.profile import Profile
 
 #: Mirrors ``Channel.ordered_writes`` (a unit test holds them equal): where a chunked value's
-#: manifest goes in its parts' request, and its put waits one round trip, not two.
+#: manifest goes in its parts' request, and a reader that knows the value's length (as the
+#: patterns do) reads the manifest with the parts: one round trip each way, not two.
 ORDERED_WRITE_CHANNELS = frozenset({"memcached"})
 
 
@@ -39,10 +40,8 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     items = count * items_of(channel, size)
     byte_s = count * channel.bytes_s(op, size) * channel.crowd_factor(crowd) * slowdown
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
-    if _parts(channel, size) > 1 and (op == "get" or channel.kind not in ORDERED_WRITE_CHANNELS):
-        # A reader that does not know the value's length reads its manifest first; a writer whose
-        # store does not keep a request's order sends the manifests in a second batch.
-        seconds += channel.latency(op)
+    if _parts(channel, size) > 1 and channel.kind not in ORDERED_WRITE_CHANNELS:
+        seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
     return seconds * channel.cpu_stretch(op, crowd) + channel.mac_s(count * size, crowd)
 
 

@@ -114,9 +114,11 @@ def _rounds(
                 else:
                     comm.allreduce(vector)
             else:
-                channel.put(keys.comm_key(job, round_, "x", rank=rank), codec.encode(vector))
+                data = codec.encode(vector)
+                channel.put(keys.comm_key(job, round_, "x", rank=rank), data)
                 others = [keys.comm_key(job, round_, "x", rank=r) for r in range(world) if r != rank]
-                for raw in channel.wait_for(others, PROBE_TIMEOUT_S).values():
+                # Every rank's value is as long as mine: read as the patterns read theirs.
+                for raw in channel.wait_for(others, PROBE_TIMEOUT_S, lengths=dict.fromkeys(others, len(data))).values():
                     codec.decode(raw, dtype=vector.dtype, shape=vector.shape)
             ends.append(time.perf_counter())
         comm.finish()  # rank 0 waits for everyone, then clears the probe's keys
