@@ -10,7 +10,8 @@ by the same processes in the same dependency order, with process barriers betwee
 phases instead of polling. Raw and library rounds alternate, so drift hits both alike.
 
 Prints a table (channel, W, d, pattern, round ms, raw ms, ratio, PUTs and GETs per worker
-per round as the library counted them) and the speed-up of ScatterReduce over AllReduce,
+per round as the library counted them, and a worker's CPU ms in a library round and in a raw
+round: less noisy than the times on a shared machine) and the speed-up of ScatterReduce over AllReduce,
 writes the table to bench/results/collectives.csv and plots it (collectives.png).
 ``--patterns`` adds 2-D ScatterReduce (``scatter_reduce_2d``), whose raw plan has its five
 phases: rows, columns, columns, rows; and ``auto``: in every cell the pattern the cost model
@@ -296,7 +297,8 @@ def measure(
     rank: int, world: int, channel: Channel, raw: RawClient, barrier: Barrier, pattern: str, d: int, run_id: str
 ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
     """Alternate library and raw rounds; return each round's (start, end) on the shared monotonic clock,
-    and the PUTs and GETs (polls included) this rank's library rounds made, per round.
+    and the PUTs and GETs (polls included) this rank's library rounds made, per round, and the
+    median CPU time of this process (all its threads) over a measured library round and raw round.
 
     A pattern runs its rounds back to back, as a job does. Taking turns round by round with the
     other patterns of its cell, a Memcached ScatterReduce round at d >= 1e6 read 1.16-1.53x its
@@ -307,26 +309,30 @@ def measure(
     payload = np.random.default_rng(100 + rank).bytes(HEADER + 4 * d)
     comm = ChannelCommunicator(channel, f"bench-{run_id}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S)
     times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
+    cpu: dict[str, list[float]] = {"lib": [], "raw": []}
     counts = {"puts": 0.0, "gets": 0.0}
     for i in range(WARM_UP_ROUNDS + rounds_for(d)):
         barrier.wait(BARRIER_TIMEOUT_S)
         before = comm.stats()
-        started = time.perf_counter()
+        cpu_started, started = time.process_time(), time.perf_counter()
         comm.allreduce(x)
         times["lib"].append((started, time.perf_counter()))
+        cpu["lib"].append(time.process_time() - cpu_started)
         after = comm.stats()
         for name in counts:
             counts[name] += after[name] - before[name]
 
         plan = raw_plan(raw, pattern, rank, world, d, f"rawbench/{run_id}/r{i}", payload)
         barrier.wait(BARRIER_TIMEOUT_S)
-        started = time.perf_counter()
+        cpu_started, started = time.process_time(), time.perf_counter()
         run_raw(raw, plan, barrier)
         times["raw"].append((started, time.perf_counter()))
+        cpu["raw"].append(time.process_time() - cpu_started)
         barrier.wait(BARRIER_TIMEOUT_S)
         raw.delete_all(plan.written)  # untimed: keep the servers' memory flat
     comm.finish()
-    return times, {name: n / (WARM_UP_ROUNDS + rounds_for(d)) for name, n in counts.items()}
+    figures = {name: n / (WARM_UP_ROUNDS + rounds_for(d)) for name, n in counts.items()}
+    return times, figures | {f"{mode}_cpu_ms": 1000 * statistics.median(v[WARM_UP_ROUNDS:]) for mode, v in cpu.items()}
 
 
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
@@ -372,7 +378,8 @@ class Workers:
 
     def run(self, kind: str, pattern: str, d: int) -> tuple[dict[str, list[float]], dict[str, float]]:
         """Median-ready round times in ms (per round, last end minus first start over the ranks),
-        and the PUTs and GETs per worker per round (the mean over the ranks)."""
+        and the PUTs and GETs per worker per round and the CPU ms of a worker's library and raw
+        round (the mean over the ranks)."""
         run_id = uuid.uuid4().hex[:10]
         for conn in self.conns:
             conn.send((kind, pattern, d, run_id))
@@ -397,7 +404,8 @@ class Workers:
             per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
             spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
             out[mode] = spans[WARM_UP_ROUNDS:]
-        requests = {name: statistics.mean(c[name] for _, c in replies.values()) for name in ("puts", "gets")}
+        figures = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
+        requests = {name: statistics.mean(c[name] for _, c in replies.values()) for name in figures}
         return out, requests
 
     def kill(self) -> None:
@@ -431,6 +439,8 @@ class Row:
     ratio: float | None  # median over rounds of round / the raw round run right after it
     puts: float | None = None  # per worker per round, as the library counted them
     gets: float | None = None  # per worker per round, polls that found nothing included
+    cpu_ms: float | None = None  # a worker's process CPU time over a library round (all its threads)
+    raw_cpu_ms: float | None = None  # the same over a raw round
     note: str = ""
     vs_best: float | None = None  # auto only: its choice's round / the better fixed pattern's
 
@@ -442,14 +452,15 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 def print_table(rows: list[Row]) -> None:
     head = (
         f"{'channel':<10} {'W':>2} {'d':>9} {'pattern':<17} {'round ms':>9} {'raw ms':>9} {'ratio':>6} "
-        f"{'PUTs':>5} {'GETs':>6}  note"
+        f"{'PUTs':>5} {'GETs':>6} {'CPU ms':>7} {'raw CPU':>7}  note"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         print(
             f"{r.channel:<10} {r.world:>2} {r.d:>9.0e} {r.pattern:<17} {fmt(r.round_ms):>9} "
-            f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6} {fmt(r.puts):>5} {fmt(r.gets):>6}  {r.note}"
+            f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6} {fmt(r.puts):>5} {fmt(r.gets):>6} "
+            f"{fmt(r.cpu_ms, '.2f'):>7} {fmt(r.raw_cpu_ms, '.2f'):>7}  {r.note}"
         )
 
 
@@ -510,7 +521,8 @@ def write_csv(rows: list[Row], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "puts", "gets", "note"])
+        header = ["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "puts", "gets", "cpu_ms", "raw_cpu_ms"]
+        out.writerow([*header, "note"])
         for r in rows:
             out.writerow(
                 [
@@ -523,6 +535,8 @@ def write_csv(rows: list[Row], path: Path) -> None:
                     fmt(r.ratio, ".3f"),
                     fmt(r.puts, ".2f"),
                     fmt(r.gets, ".2f"),
+                    fmt(r.cpu_ms, ".2f"),
+                    fmt(r.raw_cpu_ms, ".2f"),
                     r.note,
                 ]
             )
@@ -532,7 +546,10 @@ def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: flo
     t, requests = workers.run(kind, pattern, d)
     ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
     lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
-    row = Row(kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"])
+    row = Row(
+        kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"],
+        cpu_ms=requests["lib_cpu_ms"], raw_cpu_ms=requests["raw_cpu_ms"],
+    )  # fmt: skip
     log.info(
         "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
         time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, requests["puts"],
@@ -554,7 +571,8 @@ def auto_row(profile: Profile, cell: dict[str, Row]) -> Row:
     vs_best = (chosen.round_ms or 0.0) / (best.round_ms or 1.0)
     return Row(
         some.channel, some.world, some.d, "auto", chosen.round_ms, chosen.raw_ms, chosen.ratio, chosen.puts,
-        chosen.gets, note=f"chose {choice.pattern}: {vs_best:.2f}x the better fixed ({best.pattern})",
+        chosen.gets, chosen.cpu_ms, chosen.raw_cpu_ms,
+        note=f"chose {choice.pattern}: {vs_best:.2f}x the better fixed ({best.pattern})",
         vs_best=vs_best,
     )  # fmt: skip
 
