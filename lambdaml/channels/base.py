@@ -478,11 +478,11 @@ class Channel(ABC):
         parts = self._get_many(part_keys)
         return {m.key: join_parts(m, {k: parts[k] for k in m.part_keys if k in parts}, self.kind) for m in manifests}
 
-    def _fetch_into(self, keys: Sequence[str], targets: Mapping[str, Target]) -> Mapping[str, bytes | Placed]:
-        """``wait_for_into``'s poll: the values of ``keys`` that exist, here read whole (the rich layer
-        copies each into its target). A backend that reads into buffers of its choosing overrides
-        this to read a value of its target's length straight into it (``Placed``)."""
-        return self.get_many(keys)
+    def _into_poll(self, targets: Mapping[str, Target]) -> Callable[[list[str]], Mapping[str, bytes | Placed]]:
+        """``wait_for_into``'s poll, made once for a wait: here ``get_many`` (the rich layer copies
+        each value into its target). A backend that reads into buffers of its choosing reads a
+        value of its target's length straight into it (``Placed``)."""
+        return self.get_many
 
     def wait_for(
         self,
@@ -514,11 +514,14 @@ class Channel(ABC):
         A value of its target's length comes back ``Placed`` (its head; the rest is in the body):
         a chunked one's parts read straight into the body where the backend can, any other
         copied in once read. A value of another length is not what the target expects and comes
-        back as it is (read-only), its body untouched, for its reader to refuse.
+        back as it is (read-only), for its reader to refuse; its body is untouched, unless a poll
+        found parts of it before its manifest (Memcached, a write in progress).
         """
 
+        poll = self._into_poll(targets)
+
         def fetch(pending: list[str]) -> dict[str, Placed | memoryview]:
-            found = self._fetch_into(pending, targets)
+            found = poll(pending)
             return {key: _placed(value, targets[key]) for key, value in found.items()}
 
         return self._wait(list(dict.fromkeys(targets)), fetch, timeout, backoff, lambda k: k)

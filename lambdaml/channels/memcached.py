@@ -51,6 +51,45 @@ _BATCH = 100  # keys per multi-get / multi-delete request
 pymemcache.client.base.RECV_SIZE = max(pymemcache.client.base.RECV_SIZE, 64 * 1024)
 
 
+class _IntoRead:
+    """A value read into its target over the polls of one wait: each part of a value chunked at the
+    target's length goes to its place as soon as a poll finds it, and is not asked for again."""
+
+    def __init__(self, key: str, target: Target, limit: int) -> None:
+        head, body = target
+        self.key, self.total = key, head + body.nbytes
+        self.held = bytearray(head)
+        self.value = (memoryview(self.held), body)
+        self.spans = part_spans(self.total, limit)
+        self.part_keys = [K.chunk_part(key, n) for n in range(len(self.spans))]
+        self.index = {part: n for n, part in enumerate(self.part_keys)}
+        self.write_ids = bytearray(WRITE_ID * len(self.spans))
+        self.have: set[int] = set()  # the parts read so far
+
+    def wanted(self) -> list[str]:
+        """The key, then the parts not read yet."""
+        return [self.key, *(part for n, part in enumerate(self.part_keys) if n not in self.have)]
+
+    def part(self, key: str, length: int) -> list[memoryview] | None:
+        """Where a part goes (its write id, then its bytes at its place); None if it is not of its length here."""
+        n = self.index[key]
+        start, stop = self.spans[n]
+        if length != stop - start + WRITE_ID:
+            return None
+        return [
+            memoryview(self.write_ids)[n * WRITE_ID : (n + 1) * WRITE_ID],
+            *(memoryview(view) for view in cut(self.value, start, stop)),
+        ]
+
+    def check(self, manifest: Manifest, kind: str) -> None:
+        """Refuse the value if a part is missing or of another write (then all are read again)."""
+        heads = {self.part_keys[n]: bytes(self.write_ids[n * WRITE_ID : (n + 1) * WRITE_ID]) for n in self.have}
+        data_bytes = sum(stop - start for n, (start, stop) in enumerate(self.spans) if n in self.have)
+        if any(head != manifest.write_id for head in heads.values()):
+            self.have.clear()
+        check_parts(manifest, heads, data_bytes, kind)
+
+
 class _PartPlacer:
     """Where each part of a chunked value goes as it is read, in order: its write id into a buffer
     of the write ids, its bytes into ``value`` (``manifest.total`` bytes in all) at the next offset."""
@@ -296,73 +335,81 @@ class MemcachedChannel(Channel):
 
         return dict(self._map(read, manifests))
 
-    def _fetch_into(self, keys: Sequence[str], targets: Mapping[str, Target]) -> dict[str, bytes | Placed]:
-        """A value longer than an item, as its target expects, read in one ``get`` of its manifest
-        and the parts a value of that length has, straight into the target: the manifest is not
-        read first, a round trip of its own. Parts read before their manifest is there (a write
-        in progress), or parts of a value of another length, are dropped as they come in."""
+    def _into_poll(self, targets: Mapping[str, Target]) -> Callable[[list[str]], Mapping[str, bytes | Placed]]:
+        """A value longer than an item, as its target expects, is read into the target over the
+        wait's polls: each poll is one ``get`` of its manifest and the parts not read yet, so no
+        round trip goes to the manifest alone, and each part is read once, whenever it is there
+        (the manifest is stored after every part: ``ordered_writes``)."""
         pool, limit = self._connections, self.max_item_bytes
-        chunked = [key for key in keys if limit is not None and targets[key][0] + targets[key][1].nbytes > limit]
-        if pool is None or limit is None or not chunked:
-            return dict(super()._fetch_into(keys, targets))
-        found = dict(super()._fetch_into([key for key in keys if key not in chunked], targets))
-        for key, value in self._map(lambda key: (key, self._read_into(pool, key, targets[key], limit)), chunked):
-            if value is not None:
-                found[key] = value
-        return found
+        reads = {
+            key: _IntoRead(key, target, limit)
+            for key, target in targets.items()
+            if limit is not None and target[0] + target[1].nbytes > limit
+        }
+        if pool is None or not reads:
+            return super()._into_poll(targets)
+
+        def poll(pending: list[str]) -> dict[str, bytes | Placed]:
+            found: dict[str, bytes | Placed] = dict(self.get_many([key for key in pending if key not in reads]))
+            chunked = [reads[key] for key in pending if key in reads]
+            for key, value in self._map(lambda read: (read.key, self._retry(self._read_into, pool, read)), chunked):
+                if value is not None:
+                    found[key] = value
+            return found
+
+        return poll
 
     def _sized_poll(self, lengths: Mapping[str, int]) -> Callable[[list[str]], Mapping[str, bytes]]:
         """A value longer than an item whose length the reader knows is read as into a target
-        (``_fetch_into``): into a buffer of its length, made once for the whole wait."""
+        (``_into_poll``): into a buffer of its length, made once for the whole wait."""
         limit = self.max_item_bytes
         buffers = {key: bytearray(n) for key, n in lengths.items() if limit is not None and n > limit}
         if self._connections is None or not buffers:
             return super()._sized_poll(lengths)
+        into = self._into_poll({key: (0, memoryview(buffer)) for key, buffer in buffers.items()})
 
         def poll(pending: list[str]) -> dict[str, bytes]:
-            sized = [key for key in pending if key in buffers]
             found = self.get_many([key for key in pending if key not in buffers])
-            for key, value in self._fetch_into(sized, {key: (0, memoryview(buffers[key])) for key in sized}).items():
+            for key, value in into([key for key in pending if key in buffers]).items():
                 found[key] = buffers[key] if isinstance(value, Placed) else value  # type: ignore[assignment]
             return found
 
         return poll
 
-    def _read_into(self, pool: Any, key: str, target: Target, limit: int) -> bytes | Placed | None:
-        """The value at ``key`` (None: not there yet), read into ``target`` if it is chunked at its length."""
-        head, body = target
-        total = head + body.nbytes
-        part_keys = [K.chunk_part(key, n) for n in range(len(part_spans(total, limit)))]
-        held = bytearray(head)
+    def _read_into(self, pool: Any, read: _IntoRead) -> bytes | Placed | None:
+        """One poll of ``read``: the value (None: its manifest is not there yet), ``Placed`` where it
+        is chunked at its target's length."""
         stored: list[bytearray] = []  # what the key itself holds: the manifest, or a value of another length
-        placer: _PartPlacer | None = None
-        dropped = 0
+        fits: list[bool] = []  # whether that manifest is of the target's length, once parsed
+        placed: list[int] = []
+        received = 0
 
         def place(name: str, length: int) -> Sequence[memoryview]:
-            nonlocal placer, dropped
-            if name == key:  # asked for first, so it comes before any part
+            nonlocal received
+            received += length
+            if name == read.key:  # asked for first, so it comes before any part
                 stored.append(bytearray(length))
                 return [memoryview(stored[0])]
-            if placer is None and stored:
-                manifest = manifest_of(key, bytes(stored[0]), self.kind)
-                if manifest is not None and (manifest.parts, manifest.total) == (len(part_keys), total):
-                    placer = _PartPlacer(manifest, (memoryview(held), body), self.kind)
-            if placer is None:
-                dropped += length
+            if stored and not fits:
+                manifest = manifest_of(read.key, bytes(stored[0]), self.kind)
+                fits.append(manifest is not None and (manifest.parts, manifest.total) == (len(read.spans), read.total))
+            views = None if stored and not fits[0] else read.part(name, length)
+            if views is None:  # a part of a value of another length
                 return _dropped(length)
-            return placer(name, length)
+            placed.append(read.index[name])
+            return views
 
-        found = self._call(f"get of {key} and its parts", self._get_into, pool, [key, *part_keys], place)
+        self._call(f"get of {read.key} and its parts", self._get_into, pool, read.wanted(), place)
+        read.have.update(placed)
+        self.stats.add(gets=1 + len(placed), bytes_received=received)
         if not stored:
-            self.stats.add(gets=1, bytes_received=dropped)
             return None
         raw = bytes(stored[0])
-        self.stats.add(gets=1, bytes_received=len(raw) + dropped)
-        if placer is None:  # not chunked at the target's length (or no part there): read as any other value
-            return self._assemble({key: raw})[key]
-        self.stats.add(gets=len(part_keys), bytes_received=placer.offset + len(part_keys) * WRITE_ID)
-        placer.check([name for name in found if name != key])
-        return Placed(bytes(held))
+        manifest = manifest_of(read.key, raw, self.kind)
+        if manifest is None or (manifest.parts, manifest.total) != (len(read.spans), read.total):
+            return self._assemble({read.key: raw})[read.key]  # not chunked at the target's length: as any value
+        read.check(manifest, self.kind)
+        return Placed(bytes(read.held))
 
     def _read_parts(self, pool: Any, manifest: Manifest, value: Buffers) -> None:
         """The manifest's parts read into ``value`` (buffers of ``manifest.total`` bytes in all), at
