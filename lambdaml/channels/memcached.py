@@ -90,30 +90,6 @@ class _IntoRead:
         check_parts(manifest, heads, data_bytes, kind)
 
 
-class _PartPlacer:
-    """Where each part of a chunked value goes as it is read, in order: its write id into a buffer
-    of the write ids, its bytes into ``value`` (``manifest.total`` bytes in all) at the next offset."""
-
-    def __init__(self, manifest: Manifest, value: Buffers, kind: str) -> None:
-        self.manifest, self.value, self.kind = manifest, value, kind
-        self.write_ids = bytearray(WRITE_ID * manifest.parts)
-        self.index = {key: i for i, key in enumerate(manifest.part_keys)}
-        self.offset = 0  # the value's bytes placed so far
-
-    def __call__(self, key: str, length: int) -> list[memoryview]:
-        i, start = self.index[key], self.offset
-        self.offset += length - WRITE_ID
-        if length < WRITE_ID or self.offset > self.manifest.total:
-            raise reassembled_wrong(self.manifest, self.kind)
-        head = memoryview(self.write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID]
-        return [head, *(memoryview(view) for view in cut(self.value, start, self.offset))]
-
-    def check(self, found: Sequence[str]) -> None:
-        """Refuse the value if a part is missing or of another write (``found``: the parts read)."""
-        ids = {key: self.write_ids[self.index[key] * WRITE_ID : (self.index[key] + 1) * WRITE_ID] for key in found}
-        check_parts(self.manifest, {key: bytes(head) for key, head in ids.items()}, self.offset, self.kind)
-
-
 def _dropped(length: int) -> list[memoryview]:
     """Buffers for ``length`` bytes nobody keeps: one 64 KB buffer, over and over."""
     if not length:
@@ -382,10 +358,10 @@ class MemcachedChannel(Channel):
         stored: list[bytearray] = []  # what the key itself holds: the manifest, or a value of another length
         fits: list[bool] = []  # whether that manifest is of the target's length, once parsed
         placed: list[int] = []
-        received = 0
+        received, misfits = 0, 0  # misfits: parts not cut as this reader cuts (another item limit)
 
         def place(name: str, length: int) -> Sequence[memoryview]:
-            nonlocal received
+            nonlocal received, misfits
             received += length
             if name == read.key:  # asked for first, so it comes before any part
                 stored.append(bytearray(length))
@@ -394,7 +370,8 @@ class MemcachedChannel(Channel):
                 manifest = manifest_of(read.key, bytes(stored[0]), self.kind)
                 fits.append(manifest is not None and (manifest.parts, manifest.total) == (len(read.spans), read.total))
             views = None if stored and not fits[0] else read.part(name, length)
-            if views is None:  # a part of a value of another length
+            if views is None:  # a part of a value of another length, or cut at another item limit
+                misfits += 1
                 return _dropped(length)
             placed.append(read.index[name])
             return views
@@ -406,8 +383,8 @@ class MemcachedChannel(Channel):
             return None
         raw = bytes(stored[0])
         manifest = manifest_of(read.key, raw, self.kind)
-        if manifest is None or (manifest.parts, manifest.total) != (len(read.spans), read.total):
-            return self._assemble({read.key: raw})[read.key]  # not chunked at the target's length: as any value
+        if misfits or manifest is None or (manifest.parts, manifest.total) != (len(read.spans), read.total):
+            return self._assemble({read.key: raw})[read.key]  # not chunked as the target expects: as any value
         read.check(manifest, self.kind)
         return Placed(bytes(read.held))
 
@@ -415,8 +392,22 @@ class MemcachedChannel(Channel):
         """The manifest's parts read into ``value`` (buffers of ``manifest.total`` bytes in all), at
         their offsets: one ``get`` of all the parts, in order, on one connection; refused if one
         is missing, of another write, or of other lengths."""
-        placer = _PartPlacer(manifest, value, self.kind)
-        placer.check(self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, placer))
+        write_ids = bytearray(WRITE_ID * manifest.parts)
+        where = {key: i for i, key in enumerate(manifest.part_keys)}
+        offset = 0
+
+        def place(key: str, length: int) -> list[memoryview]:
+            nonlocal offset
+            i, start = where[key], offset
+            offset += length - WRITE_ID
+            if length < WRITE_ID or offset > manifest.total:
+                raise reassembled_wrong(manifest, self.kind)
+            head = memoryview(write_ids)[i * WRITE_ID : (i + 1) * WRITE_ID]
+            return [head, *(memoryview(view) for view in cut(value, start, offset))]
+
+        found = self._call(f"get of {manifest.parts} parts", self._get_into, pool, manifest.part_keys, place)
+        heads = {key: bytes(write_ids[where[key] * WRITE_ID : (where[key] + 1) * WRITE_ID]) for key in found}
+        check_parts(manifest, heads, offset, self.kind)
 
     @staticmethod
     def _get_into(pool: Any, keys: Sequence[str], place: memcached_io.Placer) -> list[str]:

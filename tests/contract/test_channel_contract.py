@@ -21,6 +21,7 @@ from lambdaml.buffers import Placed, joined
 from lambdaml.channels import Channel
 from lambdaml.channels.base import Piece
 from lambdaml.channels.chunks import split_value
+from lambdaml.channels.memcached import MemcachedChannel
 from lambdaml.channels.sealed import SealedChannel
 from lambdaml.errors import ChannelError, KeyNotFound, SyncTimeout
 from lambdaml.seal import Sealer, new_secret
@@ -267,6 +268,18 @@ def test_parts_found_before_their_manifest_are_read_once_and_a_part_gone_is_an_e
     channel._delete([parts[1][0]])  # evicted, say
     with pytest.raises(ChannelError, match="missing 1 of 3 parts"):
         channel.wait_for_into({key: (8, body)}, timeout=10.0)
+
+
+def test_a_value_chunked_at_another_item_limit_is_still_read_into_place(channel: Channel, prefix: str) -> None:
+    if not isinstance(channel, MemcachedChannel):
+        pytest.skip("only Memcached reads a chunked value's parts where it expects them")
+    assert channel.max_item_bytes is not None
+    writer = MemcachedChannel(channel.client, channel.server, channel.max_item_bytes - 1000)
+    key, data = prefix + "ordered/other-limit", os.urandom(2 * channel.max_item_bytes)
+    writer.put(key, data)  # three parts, as the reader would cut it, but cut elsewhere
+    body = memoryview(bytearray(len(data) - 8))
+    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
+    assert bytes(body) == data[8:]
 
 
 def test_concurrent_writers(channel: Channel, prefix: str) -> None:
