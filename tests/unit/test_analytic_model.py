@@ -286,6 +286,14 @@ def test_workers_crowd_each_other_s_bytes_only_as_many_at_once_as_there_are_core
     assert call_s(own, "get", 3, 1e6, crowd=8) > call_s(own, "get", 3, 1e6, crowd=2)
 
 
+def test_a_chunked_value_costs_one_round_trip_each_way_where_the_store_keeps_a_requests_order() -> None:
+    elsewhere = replace(_channel(), max_item_bytes=1_000_000)  # the manifest a round trip after the parts
+    memcached = replace(elsewhere, kind="memcached")
+    for op in ("put", "get"):
+        assert call_s(elsewhere, op, 1, 3e6) - call_s(memcached, op, 1, 3e6) == pytest.approx(elsewhere.latency(op))
+        assert call_s(elsewhere, op, 1, 5e5) == call_s(memcached, op, 1, 5e5)  # one item: no manifest
+
+
 def test_calibrated_crowding_leaves_out_the_mac_the_model_counts_apart() -> None:
     plain = _channel(shared_cores=2.0)
     authenticated = replace(plain, mac_Bps=1e9)
