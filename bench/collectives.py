@@ -404,9 +404,9 @@ class Workers:
             per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
             spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
             out[mode] = spans[WARM_UP_ROUNDS:]
-        figures = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
-        requests = {name: statistics.mean(c[name] for _, c in replies.values()) for name in figures}
-        return out, requests
+        names = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
+        figures = {name: statistics.mean(c[name] for _, c in replies.values()) for name in names}
+        return out, figures
 
     def kill(self) -> None:
         for proc in self.procs:
@@ -543,17 +543,17 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 
 def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: float) -> Row:
-    t, requests = workers.run(kind, pattern, d)
+    t, figures = workers.run(kind, pattern, d)
     ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
     lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
     row = Row(
-        kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, requests["puts"], requests["gets"],
-        cpu_ms=requests["lib_cpu_ms"], raw_cpu_ms=requests["raw_cpu_ms"],
+        kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, figures["puts"], figures["gets"],
+        cpu_ms=figures["lib_cpu_ms"], raw_cpu_ms=figures["raw_cpu_ms"],
     )  # fmt: skip
     log.info(
         "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
-        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, requests["puts"],
-        requests["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
+        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, figures["puts"],
+        figures["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
     )  # fmt: skip
     return row
 

@@ -70,6 +70,13 @@ class _IntoRead:
         """The key, then the parts not read yet."""
         return [self.key, *(part for n, part in enumerate(self.part_keys) if n not in self.have)]
 
+    def manifest(self, raw: bytes | bytearray, kind: str) -> Manifest | None:
+        """The manifest ``raw`` is, where it names a value cut as this read cuts it (else None)."""
+        manifest = manifest_of(self.key, bytes(raw), kind)
+        if manifest is None or (manifest.parts, manifest.total) != (len(self.spans), self.total):
+            return None
+        return manifest
+
     def part(self, key: str, length: int) -> list[memoryview] | None:
         """Where a part goes (its write id, then its bytes at its place); None if it is not of its length here."""
         n = self.index[key]
@@ -355,22 +362,18 @@ class MemcachedChannel(Channel):
     def _read_into(self, pool: Any, read: _IntoRead) -> bytes | Placed | None:
         """One poll of ``read``: the value (None: its manifest is not there yet), ``Placed`` where it
         is chunked at its target's length."""
-        stored: list[bytearray] = []  # what the key itself holds: the manifest, or a value of another length
-        fits: list[bool] = []  # whether that manifest is of the target's length, once parsed
+        stored: bytearray | None = None  # what the key itself holds: the manifest, or a value of another length
         placed: list[int] = []
-        received, misfits = 0, 0  # misfits: parts not cut as this reader cuts (another item limit)
+        received, misfits = 0, 0  # misfits: parts not cut as this reader cuts (another length or item limit)
 
         def place(name: str, length: int) -> Sequence[memoryview]:
-            nonlocal received, misfits
+            nonlocal stored, received, misfits
             received += length
             if name == read.key:  # asked for first, so it comes before any part
-                stored.append(bytearray(length))
-                return [memoryview(stored[0])]
-            if stored and not fits:
-                manifest = manifest_of(read.key, bytes(stored[0]), self.kind)
-                fits.append(manifest is not None and (manifest.parts, manifest.total) == (len(read.spans), read.total))
-            views = None if stored and not fits[0] else read.part(name, length)
-            if views is None:  # a part of a value of another length, or cut at another item limit
+                stored = bytearray(length)
+                return [memoryview(stored)]
+            views = None if stored is not None and read.manifest(stored, self.kind) is None else read.part(name, length)
+            if views is None:
                 misfits += 1
                 return _dropped(length)
             placed.append(read.index[name])
@@ -379,12 +382,12 @@ class MemcachedChannel(Channel):
         self._call(f"get of {read.key} and its parts", self._get_into, pool, read.wanted(), place)
         read.have.update(placed)
         self.stats.add(gets=1 + len(placed), bytes_received=received)
-        if not stored:
+        if stored is None:
             return None
-        raw = bytes(stored[0])
-        manifest = manifest_of(read.key, raw, self.kind)
-        if misfits or manifest is None or (manifest.parts, manifest.total) != (len(read.spans), read.total):
-            return self._assemble({read.key: raw})[read.key]  # not chunked as the target expects: as any value
+        raw = bytes(stored)
+        manifest = read.manifest(raw, self.kind)
+        if misfits or manifest is None:  # not chunked as the target expects: read as any value
+            return self._assemble({read.key: raw})[read.key]
         read.check(manifest, self.kind)
         return Placed(bytes(read.held))
 

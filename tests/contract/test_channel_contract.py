@@ -10,6 +10,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -194,6 +195,25 @@ def test_a_chunked_value_read_into_place_is_never_joined_first(
         channel.wait_for_into({key: (8, body)}, timeout=10.0)
 
 
+def _record_gets(
+    channel: Channel, monkeypatch: pytest.MonkeyPatch, after_first: Callable[[], None] | None = None
+) -> list[list[str]]:
+    """The keys of each ``get`` Memcached's reads into buffers send, in order, from now on;
+    ``after_first`` runs once the first has been answered."""
+    gets: list[list[str]] = []
+    get_into = channel._get_into
+
+    def recorded(pool: Any, keys: list[str], place: Any) -> list[str]:
+        gets.append(list(keys))
+        found: list[str] = get_into(pool, keys, place)
+        if after_first is not None and len(gets) == 1:
+            after_first()
+        return found
+
+    monkeypatch.setattr(channel, "_get_into", recorded)
+    return gets
+
+
 def test_a_chunked_value_is_one_write_request_and_read_into_place_in_one_get(
     channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,11 +227,7 @@ def test_a_chunked_value_is_one_write_request_and_read_into_place_in_one_get(
     monkeypatch.setattr(channel, "_write", lambda batch: (writes.append([k for k, _ in batch]), write(batch))[1])
     assert sorted(channel.put(key, data)) == sorted([*parts, key])
     assert writes == [[*parts, key]]  # the manifest last, in its parts' request
-    gets: list[list[str]] = []
-    get_into = channel._get_into
-    monkeypatch.setattr(
-        channel, "_get_into", lambda pool, keys, place: (gets.append(list(keys)), get_into(pool, keys, place))[1]
-    )
+    gets = _record_gets(channel, monkeypatch)
     body = memoryview(bytearray(len(data) - 8))
     assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
     assert bytes(body) == data[8:]
@@ -227,11 +243,7 @@ def test_a_chunked_value_of_known_length_is_waited_for_in_one_get(
     key, data = prefix + "sized/value", os.urandom(2 * channel.max_item_bytes + 100)
     sealed = SealedChannel(channel, Sealer(new_secret()))  # as the communicator reads: each length + the seal's
     sealed.put(key, data)
-    gets: list[list[str]] = []
-    get_into = channel._get_into
-    monkeypatch.setattr(
-        channel, "_get_into", lambda pool, keys, place: (gets.append(list(keys)), get_into(pool, keys, place))[1]
-    )
+    gets = _record_gets(channel, monkeypatch)
     found = sealed.wait_for_views([key], timeout=10.0, lengths={key: len(data)})
     assert {k: bytes(v) for k, v in found.items()} == {key: data}
     assert gets == [[key, *(K.chunk_part(key, n) for n in range(3))]]  # no read of the manifest first
@@ -249,17 +261,7 @@ def test_parts_found_before_their_manifest_are_read_once_and_a_part_gone_is_an_e
     parts, manifest = split_value(key, data, channel.max_item_bytes)
     for part, value in parts:  # a write in progress: its parts stored, its manifest not yet
         channel._put(part, joined(value))
-    gets: list[list[str]] = []
-    get_into = channel._get_into
-
-    def get_then_finish_the_write(pool: Any, keys: list[str], place: Any) -> list[str]:
-        gets.append(list(keys))
-        found = get_into(pool, keys, place)
-        if len(gets) == 1:
-            channel._put(*manifest)  # the write completes between two polls
-        return found
-
-    monkeypatch.setattr(channel, "_get_into", get_then_finish_the_write)
+    gets = _record_gets(channel, monkeypatch, after_first=lambda: channel._put(*manifest))  # completed between polls
     body = memoryview(bytearray(len(data) - 8))
     assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
     assert bytes(body) == data[8:]
