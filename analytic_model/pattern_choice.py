@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from analytic_model.collectives import PATTERNS, collective, grid_shape
 from analytic_model.profile import Profile
 from analytic_model.transfers import Polling
+from analytic_model.uncertainty import Uncertainty, overlap
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,13 @@ class PatternChoice:
     pattern: str
     predicted_round_s: float
     predictions: dict[str, float]
+
+    def contenders(self, uncertainty: Uncertainty) -> tuple[str, ...]:
+        """The chosen pattern and every other whose predicted round the model cannot tell apart
+        from it (their time ranges overlap), fastest predicted first: the ones worth timing."""
+        chosen = uncertainty.time_range(self.predicted_round_s)
+        near = [p for p, s in self.predictions.items() if overlap(uncertainty.time_range(s), chosen)]
+        return tuple(sorted(near, key=lambda p: (p != self.pattern, self.predictions[p])))
 
 
 def candidates(workers: int, *, compressed: bool) -> tuple[str, ...]:

@@ -290,6 +290,9 @@ class AlgorithmSpec(_Spec):
 class SyncSpec(_Spec):
     protocol: Literal["bsp", "asp", "ssp"] = "bsp"
     pattern: str = "auto"  # auto: the one the cost model predicts fastest (lambdaml.comm.choice)
+    # auto, where the model cannot tell patterns apart: rounds each is timed on before the job
+    # keeps the fastest (lambdaml.comm.trial); 0: the model's choice alone.
+    trial_rounds: int = Field(4, ge=0, le=1_000)
     timeout_s: float = Field(120.0, gt=0, le=86_400)  # longest wait for the other workers
     staleness: int = Field(4, ge=0, le=1_000_000)  # ssp: how many pushes a worker may run ahead
 

@@ -243,6 +243,11 @@ def barrier_key(job_id: str, name: str, rank: int, attempt: int = 1) -> str:
     return comm_prefix(job_id, attempt) + f"barrier/{check_name(name, 'barrier name')}/p{rank:05d}"
 
 
+def trial_key(job_id: str, rank: int, attempt: int = 1) -> str:
+    """Rank ``rank``'s timings of the patterns its attempt tried (``sync.pattern: auto``)."""
+    return comm_prefix(job_id, attempt) + f"trial/p{rank:05d}"
+
+
 # --- asynchronous updates (ASP/SSP) ------------------------------------------------
 
 

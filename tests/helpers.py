@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import numpy as np
 
+from analytic_model.profile import PROFILE_VERSION
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import ChannelSpec, JobSpec
@@ -33,6 +36,14 @@ class Services:
 def unique_name(stem: str = "comm") -> str:
     """A fresh bucket/table/prefix name, so tests never see each other's keys."""
     return f"{stem}-{uuid4().hex[:8]}"
+
+
+def unsure_profile(directory: Path) -> Path:
+    """A profile unsure of every prediction (``LAMBDAML_PROFILE``): under auto, every candidate
+    pattern contends, and a job times them all."""
+    path = directory / "unsure.json"
+    path.write_text(json.dumps({"version": PROFILE_VERSION, "uncertainty": {"time_fraction": 0.99}}))
+    return path
 
 
 def channel_spec(kind: str, services: Services | None, **overrides: Any) -> ChannelSpec:

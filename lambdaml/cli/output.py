@@ -126,9 +126,10 @@ def print_result(result: JobResult) -> None:
         )
     chose = result.spec.get("sync", {}).get("pattern") == "auto"
     if chose and result.pattern is not None and result.predicted_round_s is not None:
+        timed = ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in (result.trial_round_s or {}).items())
         console.print(
             f"collective {result.pattern} (sync.pattern auto): {result.predicted_round_s * 1000:.1f} ms a round "
-            "predicted"
+            "predicted" + (f"; kept after timing the first rounds: {timed}" if timed else "")
         )
     if result.result_path is not None:
         console.print(f"result: {result.result_path}")

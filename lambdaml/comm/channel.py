@@ -17,6 +17,7 @@ from lambdaml.comm import PATTERNS
 from lambdaml.comm.base import Communicator
 from lambdaml.comm.patterns import PLAIN, ChunkCodec, Pattern
 from lambdaml.comm.rounds import Round
+from lambdaml.comm.trial import PatternTrial
 from lambdaml.seal import Sealer
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class ChannelCommunicator(Communicator):
         extra_retention: int = 0,
         attempt: int = 1,
         secret: bytes | None = None,
+        trial: PatternTrial | None = None,
     ) -> None:
         super().__init__(rank, world_size)
         self.channel: Channel = SealedChannel(channel, Sealer(secret))
@@ -57,7 +59,11 @@ class ChannelCommunicator(Communicator):
         self.timeout_s = timeout_s
         self.round = first_round
         self.extra_retention = extra_retention
+        self.pattern_name = pattern  # the pattern of the rounds after a trial, if any
         self.pattern: Pattern = PATTERNS.get(pattern)()
+        self.trial = trial  # None once settled (or never a trial)
+        self.trial_patterns: dict[str, Pattern] = {}
+        self.trial_round_s: dict[str, float] | None = None  # each contender's mean round, once settled
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
         self._written: dict[int, list[str]] = {}  # round -> the keys this rank stored in it
@@ -70,12 +76,53 @@ class ChannelCommunicator(Communicator):
         return self.channel.stats.wait_s
 
     def _allreduce(self, x: Array) -> Array:
-        return self.pattern.allreduce(self._open_round(), x, PLAIN)  # Communicator.allreduce times it
+        return self._reduce(x, PLAIN)  # Communicator.allreduce times it
 
     def allreduce_with(self, x: Array, codec: ChunkCodec) -> Array:
         """The pattern's allreduce of ``x`` (W > 1) with ``codec`` putting pieces on the wire (compression)."""
-        with self.collective() as round_:
-            return self.pattern.allreduce(round_, x, codec)
+        with self.timed():
+            return self._reduce(x, codec)
+
+    def _reduce(self, x: Array, codec: ChunkCodec) -> Array:
+        round_ = self._open_round()
+        pattern = self._pattern_of(round_.number)
+        started = time.perf_counter()
+        total = pattern.allreduce(round_, x, codec)
+        if self.trial is not None:
+            self.trial.observe(round_.number, x.nbytes, time.perf_counter() - started)
+        return total
+
+    def _pattern_of(self, number: int) -> Pattern:
+        """The pattern round ``number`` runs: its turn in a trial, else the one the job keeps."""
+        trial = self.trial
+        if trial is None:
+            return self.pattern
+        if number < trial.end:
+            name = trial.pattern_at(number)
+            if name not in self.trial_patterns:
+                self.trial_patterns[name] = PATTERNS.get(name)()
+            return self.trial_patterns[name]
+        self._settle(trial)
+        return self.pattern
+
+    def conclude_trial(self) -> None:
+        """Settle a trial every rank has finished (past its first round after), if not settled yet."""
+        if self.trial is not None and self.round > self.trial.end:
+            self._settle(self.trial)
+
+    def _settle(self, trial: PatternTrial) -> None:
+        """Store this rank's timings (unless a run of it before a restart did), read every rank's,
+        and keep the pattern they agree is fastest."""
+        mine = keys.trial_key(self.job_id, self.rank, self.attempt)
+        if mine not in self.channel.get_many([mine]):
+            self.channel.put(mine, trial.record())
+        names = {rank: keys.trial_key(self.job_id, rank, self.attempt) for rank in range(self.world_size)}
+        found = self.channel.wait_for(list(names.values()), self.timeout_s)
+        chosen, self.trial_round_s = trial.decide({rank: found[key] for rank, key in names.items()})
+        self.pattern_name, self.pattern = chosen, self.trial_patterns.get(chosen) or PATTERNS.get(chosen)()
+        self.trial = None
+        timed = ", ".join(f"{p} {s * 1000:.2f} ms" for p, s in (self.trial_round_s or {}).items())
+        log.info("pattern trial: keeping %s (%s)", chosen, timed or "a contender was not timed: the model's choice")
 
     @contextlib.contextmanager
     def collective(self) -> Iterator[Round]:

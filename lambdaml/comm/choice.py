@@ -3,6 +3,8 @@
 The prediction uses the channel's figures in a profile: the one ``LAMBDAML_PROFILE`` names (a
 ``lambdaml calibrate`` output), else the shipped AWS defaults. A fixed pattern is kept, and
 its round predicted the same way, so every result says what its rounds were expected to cost.
+Where the model cannot tell some patterns apart (their predictions lie within the profile's
+uncertainty of each other), the job times them in its first rounds (``lambdaml.comm.trial``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from analytic_model.pattern_choice import PatternChoice, candidates, choose_pattern
 from analytic_model.profile import Profile, load_profile
@@ -27,8 +31,19 @@ def _profile(path: str | None) -> Profile:
     return load_profile(path)
 
 
-def pattern_for(job: JobSpec, vector_bytes: int) -> tuple[str, float | None]:
-    """The pattern the job's ranks run, and its predicted round in seconds (None: a channel no profile knows)."""
+@dataclass(frozen=True)
+class PatternPlan:
+    """What a job's ranks run: ``pattern`` (under auto, the model's choice), every candidate's
+    predicted round in seconds (empty: a channel no profile knows), and the ``contenders`` to
+    time in the first rounds (empty: the choice stands; ``lambdaml.comm.trial``)."""
+
+    pattern: str
+    predictions: Mapping[str, float] = field(default_factory=dict)
+    contenders: tuple[str, ...] = ()
+
+
+def pattern_for(job: JobSpec, vector_bytes: int) -> PatternPlan:
+    """The plan of the job's ranks for a collective of ``vector_bytes``."""
     profile = _profile(os.environ.get(settings.ENV_PROFILE) or None)
     compressed = job.algorithm.compression_spec is not None
     choose = functools.partial(
@@ -36,16 +51,21 @@ def pattern_for(job: JobSpec, vector_bytes: int) -> tuple[str, float | None]:
         authenticated=job.channel.authenticates_values,
     )  # fmt: skip
     try:
-        if job.sync.pattern == AUTO:
-            choice = choose(candidates(job.workers, compressed=compressed))
-            log.info("pattern auto: %s (predicted %s)", choice.pattern, _rounded(choice))
-            return choice.pattern, choice.predicted_round_s
-        fixed = choose((job.sync.pattern,))
-        return job.sync.pattern, fixed.predicted_round_s
+        if job.sync.pattern != AUTO:
+            return PatternPlan(job.sync.pattern, choose((job.sync.pattern,)).predictions)
+        choice = choose(candidates(job.workers, compressed=compressed))
     except ConfigError:  # the memory channel: no figures, and nothing for a choice to save
-        return (
+        return PatternPlan(
             candidates(job.workers, compressed=compressed)[0] if job.sync.pattern == AUTO else job.sync.pattern
-        ), None
+        )
+    # A compressing codec keeps error feedback per chunk, and chunks differ between patterns.
+    timed = job.workers > 1 and job.sync.trial_rounds > 0 and job.sync.protocol == "bsp" and not compressed
+    contenders = choice.contenders(profile.uncertainty) if timed else ()
+    log.info(
+        "pattern auto: %s (predicted %s)%s", choice.pattern, _rounded(choice),
+        f"; timing {', '.join(contenders)} first" if len(contenders) > 1 else "",
+    )  # fmt: skip
+    return PatternPlan(choice.pattern, choice.predictions, contenders if len(contenders) > 1 else ())
 
 
 def _rounded(choice: PatternChoice) -> str:

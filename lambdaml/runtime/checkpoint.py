@@ -41,6 +41,8 @@ class Position:
     times: dict[str, float] | None = None
     traffic: dict[str, float] | None = None
     billed: list[dict[str, Any]] | None = None  # one entry per finished invocation
+    # A pattern trial's timed rounds so far, [round, bytes, seconds] (``lambdaml.comm.trial``).
+    trial: list[list[float]] | None = None
 
     def order(self) -> tuple[int, int]:
         return (self.epoch, self.step)

@@ -275,6 +275,9 @@ class WorkerReport(Record):
     # profile knows.
     pattern: str | None = field(default=None, metadata=OPTIONAL)
     predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
+    # Under auto, where the model could not tell patterns apart: each one's mean round over
+    # the ranks in the first rounds, which ``pattern`` was kept by (``lambdaml.comm.trial``).
+    trial_round_s: dict[str, float] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,6 +359,7 @@ class JobResult(Record):
     invocations: tuple[int, ...] | None = field(default=None, metadata=OPTIONAL)  # on Lambda: per rank
     pattern: str | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
     predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
+    trial_round_s: dict[str, float] | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
     # Where save_result wrote the record (the file itself does not say).
     result_path: str | None = field(default=None, metadata=OPTIONAL)
 

@@ -121,6 +121,7 @@ def assemble_result(
         cost=cost(job, workers, wall_s),
         pattern=lead.pattern,
         predicted_round_s=lead.predicted_round_s,
+        trial_round_s=lead.trial_round_s,
     )
 
 

@@ -24,7 +24,8 @@ from lambdaml.arrays import Array
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
-from lambdaml.comm.choice import pattern_for
+from lambdaml.comm.choice import PatternPlan, pattern_for
+from lambdaml.comm.trial import PatternTrial
 from lambdaml.config import JobSpec
 from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
@@ -164,6 +165,7 @@ def _run_worker(
 
     restarts = lifetime is not None and lifetime.on_lambda
     resumed = ckpt.load_newest(store, job_id, attempt.number, rank) if restarts else None
+    own_attempt = resumed is not None  # a checkpoint of this attempt: its trial's timings go on
     if resumed is None and attempt.resume is not None:
         point = attempt.resume
         resumed = ckpt.load_at_round(store, job_id, point.attempt, rank, point.round)
@@ -176,16 +178,27 @@ def _run_worker(
 
     model = MODELS.get(job.model.name).build(job.model, manifest)
     initial = model.init_params(job.algorithm.seed)
-    pattern: str | None = None  # torch.distributed's own, on IaaS
-    predicted_round_s: float | None = None
+    plan: PatternPlan | None = None  # None: torch.distributed's own, on IaaS
     if comm is None:
-        pattern, predicted_round_s = pattern_for(job, int(initial.nbytes))
+        plan = pattern_for(job, int(initial.nbytes))
+        # Every rank counts a trial's turns from its attempt's first round, wherever it resumes.
+        trial = (
+            PatternTrial(
+                plan.contenders,
+                start=attempt.resume.round if attempt.resume is not None else 0,
+                rounds=job.sync.trial_rounds,
+                observed=[(int(r), int(n), s) for r, n, s in position.trial or []] if own_attempt else [],
+            )
+            if plan.contenders
+            else None
+        )
         comm = ChannelCommunicator(
             channel or open_channel(job.channel),
             job_id,
             rank,
             job.workers,
-            pattern=pattern,
+            pattern=plan.pattern,
+            trial=trial,
             timeout_s=job.sync.timeout_s,
             first_round=position.round,
             # A restarted rank replays the rounds since its last checkpoint: keep them readable.
@@ -227,7 +240,11 @@ def _run_worker(
                     "architecture": lifetime.architecture,
                 }
             )
-        return Position(epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed)
+        trial = comm.trial if isinstance(comm, ChannelCommunicator) else None
+        return Position(
+            epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed,
+            trial=None if trial is None else [list(seen) for seen in trial.observed],
+        )  # fmt: skip
 
     if restarts:
         sync.prepare_restarts()
@@ -299,6 +316,9 @@ def _run_worker(
                     majority_accuracy=_majority_share(test[1]),
                 )
     final = snapshot(spec.epochs, 0)
+    channel_comm = comm if isinstance(comm, ChannelCommunicator) and plan is not None else None
+    if channel_comm is not None:
+        channel_comm.conclude_trial()  # a rank resumed past the trial, with no round since, reads its outcome
     assert final.times is not None and final.traffic is not None and final.billed is not None
     times = final.times
     on_lambda = lifetime is not None and lifetime.on_lambda
@@ -324,8 +344,9 @@ def _run_worker(
         ),
         channel=Traffic.measured(final.traffic, comm.round),
         billed=tuple(_invocation(b) for b in final.billed) if on_lambda else None,
-        pattern=pattern,
-        predicted_round_s=predicted_round_s,
+        pattern=channel_comm.pattern_name if channel_comm else None,
+        predicted_round_s=plan.predictions.get(channel_comm.pattern_name) if plan and channel_comm else None,
+        trial_round_s=channel_comm.trial_round_s if channel_comm else None,
     )
 
 

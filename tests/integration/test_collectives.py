@@ -18,6 +18,7 @@ from lambdaml import codec, keys, seal
 from lambdaml.buffers import Value, joined
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.channel import ChannelCommunicator
+from lambdaml.comm.trial import PatternTrial
 from lambdaml.errors import LambdaMLError
 from tests.helpers import Services, channel_spec, unique_name
 
@@ -273,3 +274,57 @@ def test_a_misplaced_or_truncated_piece_of_a_packed_value_is_refused(
     piece = keys.comm_key(job_id, 1, "sr", rank=1, chunk=victim)
     packed = keys.comm_key(job_id, 1, "sr", rank=1)
     assert refusal in str(error) and (piece in str(error) or packed in str(error)), error
+
+
+TRIO = ("scatter_reduce", "allreduce", "scatter_reduce_2d")  # at W = 4 the grid is 2 x 2
+
+
+@pytest.mark.parametrize("kind", ["s3", "redis", "memcached"])
+def test_a_pattern_trial_sums_every_round_and_every_rank_keeps_the_same_pattern(services: Services, kind: str) -> None:
+    """The first rounds take turns among the contenders, each rank times them, and all keep the
+    pattern their records agree on; a rank resumed after the trial reads the same verdict."""
+    spec = channel_spec(kind, services)
+    channels = [open_channel(spec) for _ in range(WORKERS + 1)]
+    channels[0].ensure()
+    job_id = unique_name("trial")
+    rng = np.random.default_rng(13)
+
+    def trial() -> PatternTrial:
+        return PatternTrial(TRIO, start=0, rounds=2)
+
+    rounds = trial().end + 2
+    inputs = [[rng.standard_normal(D) for _ in range(WORKERS)] for _ in range(rounds)]
+    comms = [
+        ChannelCommunicator(channels[r], job_id, r, WORKERS, pattern=TRIO[0], timeout_s=60.0, trial=trial())
+        for r in range(WORKERS)
+    ]
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            per_rank = list(pool.map(lambda r: [comms[r].allreduce(xs[r]) for xs in inputs], range(WORKERS)))
+        for i, xs in enumerate(inputs):
+            expected = xs[0] + xs[1] + xs[2] + xs[3]
+            grid = trial().pattern_at(i) == "scatter_reduce_2d" if i < trial().end else None
+            for rank in range(WORKERS):
+                assert np.array_equal(per_rank[rank][i], per_rank[0][i]), f"rank {rank} round {i}"
+                if grid is False:  # the flat patterns sum in rank order
+                    assert np.array_equal(per_rank[rank][i], expected), f"rank {rank} round {i}"
+                np.testing.assert_allclose(per_rank[rank][i], expected, rtol=1e-12, atol=1e-12)
+        kept = {c.pattern_name for c in comms}
+        assert len(kept) == 1 and kept <= set(TRIO)
+        timed = comms[0].trial_round_s
+        assert timed is not None and set(timed) == set(TRIO) and all(s > 0 for s in timed.values())
+        assert all(c.trial_round_s == timed for c in comms)
+        assert comms[0].pattern_name == min(TRIO, key=lambda p: (timed[p], TRIO.index(p)))
+
+        # Rank 2 again, resumed past the trial with none of its timings: it keeps its stored record.
+        resumed = ChannelCommunicator(
+            channels[WORKERS], job_id, 2, WORKERS, pattern=TRIO[0], timeout_s=60.0, first_round=rounds, trial=trial()
+        )
+        resumed.conclude_trial()
+        assert (resumed.pattern_name, resumed.trial_round_s) == (comms[0].pattern_name, timed)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(lambda comm: comm.finish(), comms))
+        assert channels[0].list(keys.comm_prefix(job_id)) == [], "the trial's records outlived the job"
+    finally:
+        for channel in channels:
+            channel.close()

@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from lambdaml import catalogue, keys
+from lambdaml import catalogue, keys, settings
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
 from lambdaml.driver import run_job
@@ -30,7 +30,7 @@ from lambdaml.runtime import lambda_handlers, records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import Memory, Times, Traffic, WorkerReport
 from lambdaml.storage import get_json
-from tests.helpers import Services, channel_spec, unique_name
+from tests.helpers import Services, channel_spec, unique_name, unsure_profile
 from tests.lambda_harness import (
     FakeContext,
     ThreadInvoker,
@@ -193,6 +193,46 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
     job_id = run_killing(job, channel, victim, at, calls=calls)
     assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
     np.testing.assert_array_equal(model(store, job_id), fault_free)
+    assert_no_keys_left(channel, job_id)
+
+
+#: ``sync.pattern: auto`` where the model cannot tell AllReduce and ScatterReduce apart (W = 3
+#: has no grid): the trial's 12 rounds take turns in blocks of two, then each rank puts its
+#: record and waits for the others'.
+TRIAL_TURNS = (("allreduce",) * 2 + ("scatter_reduce",) * 2) * 3
+TRIAL_OPERATIONS = sum(OPERATIONS_PER_ROUND[p] for p in TRIAL_TURNS) + 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_worker_killed_during_or_after_a_pattern_trial_resumes_to_the_fault_free_model(
+    seed: int,
+    storage: tuple[StorageSpec, Channel],
+    services: Services,
+    fault_free: np.ndarray,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A profile unsure of every prediction: the job times both flat patterns, whose sums are the same bits.
+    monkeypatch.setenv(settings.ENV_PROFILE, str(unsure_profile(tmp_path)))
+    rng = random.Random(300 + seed)
+    spec, store = storage
+    channel = channel_spec(KINDS[seed], services)
+    job = make_job(spec, channel, runtime={"checkpoint_every": rng.choice([2, 3, 5])})
+    assert job.sync.pattern == "auto" and job.sync.trial_rounds == 4
+    calls = (10**9, 7)[seed % 2]
+    # Every operation the victim's first invocation makes whichever pattern the trial keeps: with
+    # continuations its 6 rounds (all in the trial), else the trial and at least 2 a round after it.
+    reached = (
+        sum(OPERATIONS_PER_ROUND[p] for p in TRIAL_TURNS[:6])
+        if calls == 7
+        else TRIAL_OPERATIONS + 2 * (2 * ROUNDS_PER_EPOCH - len(TRIAL_TURNS) - 1)
+    )
+    job_id = run_killing(job, channel, rng.randrange(WORKERS), rng.randrange(1, reached + 1), calls=calls)
+    assert get_json(store, keys.job_status(job_id))["state"] == "succeeded"
+    np.testing.assert_array_equal(model(store, job_id), fault_free)
+    result = stored_result(store, job_id)
+    # Its checkpoints keep a rank's timings: the trial ends in a verdict across restarts and continuations.
+    assert result.pattern in TRIAL_TURNS and set(result.trial_round_s or {}) == set(TRIAL_TURNS)
     assert_no_keys_left(channel, job_id)
 
 

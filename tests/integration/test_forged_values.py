@@ -61,7 +61,7 @@ def make_job(storage: StorageSpec, channel: ChannelSpec) -> JobSpec:
             "storage": storage.model_dump(),
             "channel": channel.model_dump(),
             "algorithm": {"name": "ga_sgd", "epochs": 1, "batch_size": 40, "lr": 0.5},
-            "sync": {"timeout_s": 5},
+            "sync": {"timeout_s": 5, "pattern": "allreduce"},  # the key forged is an AllReduce value
         }
     )
 

@@ -11,7 +11,7 @@ from analytic_model import load_profile
 from analytic_model.collectives import collective
 from analytic_model.pattern_choice import candidates, choose_pattern
 from analytic_model.transfers import Polling, call_s
-from lambdaml.comm.choice import pattern_for
+from lambdaml.comm.choice import PatternPlan, pattern_for
 from lambdaml.config import parse_job
 from lambdaml.errors import ConfigError
 
@@ -48,14 +48,47 @@ def test_the_grid_pattern_is_a_candidate_only_where_it_differs_and_is_uncompress
 def test_a_job_file_names_auto_or_a_pattern_and_the_worker_resolves_it() -> None:
     job = parse_job({"name": "j", "workers": 8, "dataset": "d"}, "job")
     assert job.sync.pattern == "auto"
-    assert pattern_for(job, 40_000_000)[0] == "scatter_reduce"
+    plan = pattern_for(job, 40_000_000)
+    assert plan.pattern == "scatter_reduce"
     fixed = parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "allreduce"}}, "job")
-    pattern, predicted = pattern_for(fixed, 40_000_000)
-    assert pattern == "allreduce" and predicted is not None and predicted > pattern_for(job, 40_000_000)[1]
+    pinned = pattern_for(fixed, 40_000_000)
+    assert pinned.pattern == "allreduce" and pinned.contenders == ()  # a named pattern is never timed against others
+    assert pinned.predictions["allreduce"] > plan.predictions["scatter_reduce"]
     memory = parse_job({"name": "j", "workers": 8, "dataset": "d", "channel": {"kind": "memory"}}, "job")
-    assert pattern_for(memory, 40_000_000) == ("allreduce", None)
+    assert pattern_for(memory, 40_000_000) == PatternPlan("allreduce")
     with pytest.raises(ConfigError, match="or auto"):
         parse_job({"name": "j", "workers": 8, "dataset": "d", "sync": {"pattern": "ring"}}, "job")
+
+
+@pytest.mark.parametrize("channel", ["s3", "redis", "memcached", "dynamodb"])
+@pytest.mark.parametrize("workers", [2, 4, 16])
+@pytest.mark.parametrize("vector_bytes", [400, 4_000_000, 40_000_000])
+def test_contenders_are_the_choice_and_the_patterns_within_the_models_uncertainty_of_it(
+    channel: str, workers: int, vector_bytes: int
+) -> None:
+    choice = choose_pattern(PROFILE, channel, workers, vector_bytes, candidates(workers, compressed=False))
+    contenders = choice.contenders(PROFILE.uncertainty)
+    assert contenders[0] == choice.pattern
+    high = PROFILE.uncertainty.time_range(choice.predicted_round_s)[1]
+    for pattern, predicted in choice.predictions.items():
+        near = predicted / (1 + PROFILE.uncertainty.time_fraction) <= high  # no pattern is predicted faster
+        assert (pattern in contenders) == near, pattern
+    assert [choice.predictions[p] for p in contenders[1:]] == sorted(choice.predictions[p] for p in contenders[1:])
+
+
+def test_auto_times_its_contenders_only_where_the_job_can_switch_patterns_between_rounds() -> None:
+    def plan(**fields: object) -> PatternPlan:
+        sync = {"timeout_s": 60, **fields.pop("sync", {})}  # type: ignore[dict-item]
+        job = parse_job({"name": "j", "workers": 4, "dataset": "d", "sync": sync, **fields}, "job")
+        return pattern_for(job, 400)
+
+    timed = plan()  # S3 at W = 4 and 400 bytes: AllReduce and ScatterReduce are predicted close
+    assert timed.pattern == "allreduce" and timed.contenders[0] == "allreduce" and len(timed.contenders) > 1
+    assert plan(sync={"trial_rounds": 0}).contenders == ()
+    assert plan(sync={"protocol": "asp"}).contenders == ()
+    compressed = {"name": "ga_sgd", "compression": {"name": "topk", "ratio": 0.1}}
+    assert plan(algorithm=compressed).contenders == ()  # error feedback is kept per chunk of one pattern
+    assert plan(workers=1).contenders == ()
 
 
 def test_a_job_whose_values_carry_a_mac_has_its_rounds_predicted_hashing_them() -> None:
@@ -71,7 +104,8 @@ def test_a_job_whose_values_carry_a_mac_has_its_rounds_predicted_hashing_them() 
     # Memcached has no authentication of its own: a job on it MACs its values, and its prediction says so.
     job = parse_job({"name": "j", "workers": 4, "dataset": "d", "channel": {"kind": "memcached"},
                      "sync": {"pattern": "allreduce"}}, "job")  # fmt: skip
-    assert job.channel.authenticates_values and pattern_for(job, 4_000_000)[1] == sealed.predicted_round_s
+    assert job.channel.authenticates_values
+    assert pattern_for(job, 4_000_000).predictions["allreduce"] == sealed.predicted_round_s
 
 
 def test_a_worker_picks_its_pattern_without_importing_the_advisor() -> None:

@@ -1,0 +1,112 @@
+"""The turns and the verdict of a pattern trial (``lambdaml.comm.trial``), without a channel."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lambdaml.cli import output
+from lambdaml.cli.output import literal_console
+from lambdaml.comm.trial import BLOCK, PatternTrial
+from lambdaml.errors import CodecError
+from tests.unit.test_tables_fit import job_result
+
+PAIR = ("allreduce", "scatter_reduce")
+
+
+def test_turns_go_in_blocks_from_the_attempts_first_round_and_the_trial_ends_after_the_timed_ones() -> None:
+    trial = PatternTrial(PAIR, start=10, rounds=3)
+    # Each contender: one warm-up block, then blocks enough for 3 timed rounds (2 blocks of 2).
+    assert trial.end == 10 + 2 * (1 + 2) * BLOCK
+    turns = [trial.pattern_at(r) for r in range(10, trial.end)]
+    assert (
+        turns
+        == ["allreduce"] * 2
+        + ["scatter_reduce"] * 2
+        + ["allreduce"] * 2
+        + ["scatter_reduce"] * 2
+        + ["allreduce"] * 2
+        + ["scatter_reduce"] * 2
+    )
+    # The turns are a function of the round alone: a rank resumed mid-trial replays the same ones.
+    resumed = PatternTrial(PAIR, start=10, rounds=3)
+    assert [resumed.pattern_at(r) for r in range(15, trial.end)] == turns[5:]
+
+
+def test_only_timed_rounds_count_and_the_record_compares_the_largest_vector_all_reduced() -> None:
+    trial = PatternTrial(PAIR, start=0, rounds=2)
+    for number in range(trial.end + 2):
+        trial.observe(number, 80, 1.0 + number)
+        trial.observe(number, 8, 100.0)  # another collective of the step, smaller
+    trial.observe(4, 800, 1000.0)  # a size only AllReduce reduced: no comparison there
+    # Rounds 0-3 warm up; 4, 5 are AllReduce's timed block and 6, 7 ScatterReduce's; 8+ are past the trial.
+    timed = [(r, n, s) for r, n, s in trial.observed if n == 80]
+    assert timed == [(4, 80, 5.0), (5, 80, 6.0), (6, 80, 7.0), (7, 80, 8.0)]
+    assert json.loads(trial.record()) == {"bytes": 80, "round_s": {"allreduce": 5.5, "scatter_reduce": 7.5}}
+    untimed = PatternTrial(PAIR, start=0, rounds=2)
+    assert json.loads(untimed.record()) == {"bytes": None, "round_s": {"allreduce": None, "scatter_reduce": None}}
+
+
+def test_the_verdict_is_the_least_mean_over_ranks_and_on_a_tie_the_models_order() -> None:
+    trial = PatternTrial(PAIR, start=0, rounds=2)
+
+    def record(ar: float | None, sr: float | None, nbytes: int = 80) -> bytes:
+        return json.dumps({"bytes": nbytes, "round_s": {"allreduce": ar, "scatter_reduce": sr}}).encode()
+
+    chosen, means = trial.decide({0: record(0.004, 0.001), 1: record(0.002, 0.003)})
+    assert chosen == "scatter_reduce" and means == pytest.approx({"allreduce": 0.003, "scatter_reduce": 0.002})
+    assert trial.decide({0: record(0.002, 0.002), 1: record(0.002, 0.002)})[0] == "allreduce"
+    # A rank that timed none of a contender's rounds: the model's choice, for every rank alike.
+    assert trial.decide({0: record(0.004, 0.001), 1: record(0.004, None)}) == ("allreduce", None)
+    # Ranks that timed different vectors: no comparison either.
+    assert trial.decide({0: record(0.004, 0.001), 1: record(0.004, 0.001, nbytes=8)}) == ("allreduce", None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}}',  # no size
+        b'{"bytes": -1, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}}',
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1}}',  # a contender missing
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1, "scatter_reduce_2d": 0.1}}',
+        b'{"bytes": 8, "round_s": {"allreduce": -1, "scatter_reduce": 0.1}}',
+        b'{"bytes": 8, "round_s": {"allreduce": true, "scatter_reduce": 0.1}}',
+        b'{"bytes": 8, "round_s": {"allreduce": NaN, "scatter_reduce": 0.1}}',
+        b'{"bytes": 8, "round_s": {"allreduce": "fast", "scatter_reduce": 0.1}}',
+    ],
+)
+def test_a_malformed_record_fails_in_one_line_naming_its_rank(body: bytes) -> None:
+    trial = PatternTrial(PAIR, start=0, rounds=2)
+    good = json.dumps({"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.2}}).encode()
+    with pytest.raises(CodecError, match=r"^rank 1's pattern trial record is not a round time for each of") as caught:
+        trial.decide({0: good, 1: body})
+    assert "\n" not in str(caught.value)
+
+
+def test_a_trial_needs_two_contenders_and_a_timed_round() -> None:
+    with pytest.raises(ValueError):
+        PatternTrial(("allreduce",), start=0, rounds=2)
+    with pytest.raises(ValueError):
+        PatternTrial(PAIR, start=0, rounds=0)
+
+
+def test_train_prints_the_pattern_a_trial_kept_with_each_contenders_measured_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    printed = literal_console(width=200)
+    printed.record = True
+    monkeypatch.setattr(output, "console", printed)
+    auto = {"name": "higgs-lr", "workers": 4, "channel": {"kind": "redis"}, "sync": {"pattern": "auto"}}
+    output.print_result(
+        job_result(
+            workers=4, spec=auto, cost={}, pattern="scatter_reduce", predicted_round_s=0.0021,
+            trial_round_s={"allreduce": 0.0034, "scatter_reduce": 0.0019},
+        )
+    )  # fmt: skip
+    assert (
+        "collective scatter_reduce (sync.pattern auto): 2.1 ms a round predicted; kept after timing the first "
+        "rounds: allreduce 3.4 ms, scatter_reduce 1.9 ms"
+    ) in printed.export_text()
