@@ -14,10 +14,12 @@ per round as the library counted them, and a worker's CPU ms in a library round 
 round: less noisy than the times on a shared machine) and the speed-up of ScatterReduce over AllReduce,
 writes the table to bench/results/collectives.csv and plots it (collectives.png).
 ``--patterns`` adds 2-D ScatterReduce (``scatter_reduce_2d``), whose raw plan has its five
-phases: rows, columns, columns, rows; and ``auto``: in every cell the pattern the cost model
-picks for the channel (from ``--profile``, or the shipped defaults), set against the better
-fixed pattern measured in the same cell. On S3 ScatterReduce's raw plan is the library's
-packed layout: one object of a rank's pieces, and ranged GETs of it.
+phases: rows, columns, columns, rows; and ``auto``: in every cell the pattern a job keeps, set
+against the better fixed pattern measured in the same cell. That is the cost model's choice
+for the channel (from ``--profile``, or the shipped defaults), or where the model cannot tell
+patterns apart, the one a trial of them keeps, run in the cell as a job runs it. On S3
+ScatterReduce's raw plan is the library's packed layout: one object of a rank's pieces, and
+ranged GETs of it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from lambdaml.channels.s3_objects import S3Objects
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.grid import grid_shape
 from lambdaml.comm.patterns import chunk_bounds
-from lambdaml.config import ChannelSpec
+from lambdaml.comm.trial import PatternTrial
+from lambdaml.config import ChannelSpec, SyncSpec
 from lambdaml.local import services
 from lambdaml.runtime.heap import keep_freed_buffers
 
@@ -335,6 +338,28 @@ def measure(
     return times, figures | {f"{mode}_cpu_ms": 1000 * statistics.median(v[WARM_UP_ROUNDS:]) for mode, v in cpu.items()}
 
 
+def run_trial(
+    rank: int, world: int, channel: Channel, barrier: Barrier, contenders: tuple[str, ...], d: int, run_id: str
+) -> tuple[str, dict[str, float] | None]:
+    """The pattern ``sync.pattern: auto`` keeps in this cell, timing its contenders as a job does
+    (``lambdaml.comm.trial``, the job file's ``trial_rounds``), and each one's mean round.
+
+    Every round starts at a barrier, as the fixed patterns' measured rounds do: back to back,
+    the ranks drift apart on a shared machine, and a rank's round then counts the others' lag.
+    At W = 8, d = 1e7 on Redis, rank 0's timed rounds ran 466-839 ms back to back where the
+    fixed patterns' rounds ran 493-548 (ScatterReduce) and 665-717 (2-D) after barriers."""
+    x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
+    trial = PatternTrial(contenders, start=0, rounds=SyncSpec().trial_rounds)
+    comm = ChannelCommunicator(
+        channel, f"bench-{run_id}", rank, world, pattern=contenders[0], timeout_s=BARRIER_TIMEOUT_S, trial=trial
+    )
+    for _ in range(trial.end + 1):  # the first round after the trial settles it
+        barrier.wait(BARRIER_TIMEOUT_S)
+        comm.allreduce(x)
+    comm.finish()
+    return comm.pattern_name, comm.trial_round_s
+
+
 def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: Connection, barrier: Barrier) -> None:
     """One worker process: builds its own clients, then runs the measurements the parent sends."""
     keep_freed_buffers()  # as a job's worker does: its heap keeps the buffers it frees, large ones too
@@ -349,7 +374,10 @@ def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: C
             if kind not in channels:
                 spec = ChannelSpec(**specs[kind])
                 channels[kind], raws[kind] = open_channel(spec), RawClient(spec)
-            conn.send(("ok", measure(rank, world, channels[kind], raws[kind], barrier, pattern, d, run_id)))
+            if isinstance(pattern, tuple):  # auto's contenders in this cell
+                conn.send(("ok", run_trial(rank, world, channels[kind], barrier, pattern, d, run_id)))
+            else:
+                conn.send(("ok", measure(rank, world, channels[kind], raws[kind], barrier, pattern, d, run_id)))
     except Exception:  # report to the parent instead of dying silently; the parent stops the run
         conn.send(("error", traceback.format_exc()))
         barrier.abort()
@@ -380,10 +408,27 @@ class Workers:
         """Median-ready round times in ms (per round, last end minus first start over the ranks),
         and the PUTs and GETs per worker per round and the CPU ms of a worker's library and raw
         round (the mean over the ranks)."""
+        replies: dict[int, tuple[dict[str, list[tuple[float, float]]], dict[str, float]]] = self._ask(kind, pattern, d)
+        out: dict[str, list[float]] = {}
+        for mode in ("lib", "raw"):
+            per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
+            spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
+            out[mode] = spans[WARM_UP_ROUNDS:]
+        names = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
+        figures = {name: statistics.mean(c[name] for _, c in replies.values()) for name in names}
+        return out, figures
+
+    def trial(self, kind: str, contenders: tuple[str, ...], d: int) -> tuple[str, dict[str, float] | None]:
+        """What auto keeps after timing ``contenders`` (every rank agrees: rank 0's word), and their mean rounds."""
+        kept: tuple[str, dict[str, float] | None] = self._ask(kind, contenders, d)[0]
+        return kept
+
+    def _ask(self, kind: str, pattern: str | tuple[str, ...], d: int) -> dict[int, Any]:
+        """Every rank's answer to one measurement."""
         run_id = uuid.uuid4().hex[:10]
         for conn in self.conns:
             conn.send((kind, pattern, d, run_id))
-        replies: dict[int, tuple[dict[str, list[tuple[float, float]]], dict[str, float]]] = {}
+        replies: dict[int, Any] = {}
         deadline = time.monotonic() + RESULT_TIMEOUT_S
         while len(replies) < self.world:
             waiting = [c for r, c in enumerate(self.conns) if r not in replies]
@@ -399,14 +444,7 @@ class Workers:
                     self.kill()  # the others may be blocked waiting for this one
                     raise RuntimeError(f"worker {rank} failed:\n{body}")
                 replies[rank] = body
-        out: dict[str, list[float]] = {}
-        for mode in ("lib", "raw"):
-            per_round = zip(*(times[mode] for times, _ in replies.values()), strict=True)
-            spans = [1000 * (max(e for _, e in rs) - min(s for s, _ in rs)) for rs in per_round]
-            out[mode] = spans[WARM_UP_ROUNDS:]
-        names = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
-        figures = {name: statistics.mean(c[name] for _, c in replies.values()) for name in names}
-        return out, figures
+        return replies
 
     def kill(self) -> None:
         for proc in self.procs:
@@ -558,21 +596,34 @@ def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: flo
     return row
 
 
-def auto_row(profile: Profile, cell: dict[str, Row]) -> Row:
-    """What ``sync.pattern: auto`` would run in this cell, against the better fixed pattern measured there."""
+def auto_row(profile: Profile, cell: dict[str, Row], workers: Workers) -> Row:
+    """What ``sync.pattern: auto`` would run in this cell, against the better fixed pattern measured
+    there: the model's choice, or where the model cannot tell patterns apart, the one a trial of
+    them keeps (run here as a job runs it)."""
     some = next(iter(cell.values()))
     vector_bytes = 4 * some.d  # the float32 vectors every pattern here sums
     # The bench's rounds run without a job secret: their values are bound to their keys, not MACed.
     choice = choose_pattern(
         profile, some.channel, some.world, vector_bytes, candidates(some.world, compressed=False), authenticated=False
     )
-    chosen = cell[choice.pattern]
+    contenders = choice.contenders(profile.uncertainty)
+    if len(contenders) > 1:
+        kept, timed = workers.trial(some.channel, contenders, some.d)
+        how = (
+            f"timed {', '.join(f'{p} {s * 1000:.1f} ms' for p, s in timed.items())}: kept {kept}"
+            if timed
+            else f"a contender untimed: kept the model's {kept}"
+        )
+    else:
+        kept = choice.pattern
+        how = f"the model's {kept}"
+    chosen = cell[kept]
     best = min(cell.values(), key=lambda r: r.round_ms or float("inf"))
     vs_best = (chosen.round_ms or 0.0) / (best.round_ms or 1.0)
     return Row(
         some.channel, some.world, some.d, "auto", chosen.round_ms, chosen.raw_ms, chosen.ratio, chosen.puts,
         chosen.gets, chosen.cpu_ms, chosen.raw_cpu_ms,
-        note=f"chose {choice.pattern}: {vs_best:.2f}x the better fixed ({best.pattern})",
+        note=f"{how}; {vs_best:.2f}x the better fixed ({best.pattern})",
         vs_best=vs_best,
     )  # fmt: skip
 
@@ -605,7 +656,7 @@ def measure_all(
                     cell = {pattern: measure_cell(workers, kind, d, pattern, started) for pattern in fixed}
                     rows += cell.values()
                     if "auto" in patterns:
-                        rows.append(auto_row(profile or load_profile(None), cell))
+                        rows.append(auto_row(profile or load_profile(None), cell, workers))
         finally:
             workers.close()
     return rows

@@ -2,10 +2,10 @@
 
 Under ``sync.pattern: auto``, where the candidates' predicted rounds lie within the profile's
 uncertainty of each other (``PatternChoice.contenders``), the job does not bet on the model.
-Its first rounds take turns among them, ``BLOCK`` rounds at a time, and every rank times its
-rounds past each pattern's first block (connections, buffers). Then each rank stores its
-median round of each pattern on the largest vector all of them reduced, once, reads every
-rank's record, and all keep the pattern with the least total (on a tie, the model's order).
+Its first rounds go to each of them in turn, a few rounds in a row, and every rank times the
+rounds of each turn past its first ``UNTIMED``. Then each rank stores its median round of each
+pattern on the largest vector all of them reduced, once, reads every rank's record, and all
+keep the pattern with the least total (on a tie, the model's order).
 
 The turns depend only on a round's number counted from the attempt's first round. A rank
 that resumes inside the trial replays every round with the pattern it ran the first time,
@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 
 from lambdaml.errors import CodecError
 
-#: Rounds in a row of one pattern: with two collectives a step of different sizes, every
-#: pattern still gets rounds of the job's vector.
-BLOCK = 2
+#: Rounds at the start of each candidate's turn that are not timed: the first sets up its
+#: buffers, and both still carry the previous pattern's work (deleting its values: on AllReduce
+#: a whole vector per rank). Turns alternating in blocks of a few rounds timed each pattern
+#: beside the others' deletes and heaps: at W = 8, d = 1e7 on Redis they had AllReduce ahead of
+#: ScatterReduce, which alone ran 0.78x AllReduce's round.
+UNTIMED = 2
 
 
 @dataclass
@@ -45,18 +48,22 @@ class PatternTrial:
             raise ValueError("a pattern trial needs two candidates and a round to time each on")
 
     @property
+    def turn(self) -> int:
+        """Rounds each candidate runs in a row: its untimed ones, then its timed ones."""
+        return UNTIMED + self.rounds
+
+    @property
     def end(self) -> int:
-        """The first round after the trial: each candidate's warm-up block, then its timed blocks."""
-        blocks = 1 + math.ceil(self.rounds / BLOCK)
-        return self.start + len(self.candidates) * blocks * BLOCK
+        """The first round after the trial."""
+        return self.start + len(self.candidates) * self.turn
 
     def pattern_at(self, round_: int) -> str:
         """The candidate that round ``round_`` (before ``end``) runs."""
-        return self.candidates[(round_ - self.start) // BLOCK % len(self.candidates)]
+        return self.candidates[(round_ - self.start) // self.turn]
 
     def observe(self, round_: int, nbytes: int, seconds: float) -> None:
         """Count a round's time, reducing ``nbytes``, if it is a timed round of the trial."""
-        if self.start + len(self.candidates) * BLOCK <= round_ < self.end:
+        if self.start <= round_ < self.end and (round_ - self.start) % self.turn >= UNTIMED:
             self.observed.append((round_, nbytes, seconds))
 
     def record(self) -> bytes:

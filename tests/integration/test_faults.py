@@ -197,9 +197,9 @@ def test_a_worker_killed_at_a_random_request_resumes_to_the_fault_free_model(
 
 
 #: ``sync.pattern: auto`` where the model cannot tell AllReduce and ScatterReduce apart (W = 3
-#: has no grid): the trial's 12 rounds take turns in blocks of two, then each rank puts its
+#: has no grid): the trial's 12 rounds are a turn of 6 for each, then each rank puts its
 #: record and waits for the others'.
-TRIAL_TURNS = (("allreduce",) * 2 + ("scatter_reduce",) * 2) * 3
+TRIAL_TURNS = ("allreduce",) * 6 + ("scatter_reduce",) * 6
 TRIAL_OPERATIONS = sum(OPERATIONS_PER_ROUND[p] for p in TRIAL_TURNS) + 2
 
 

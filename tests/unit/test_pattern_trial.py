@@ -8,27 +8,18 @@ import pytest
 
 from lambdaml.cli import output
 from lambdaml.cli.output import literal_console
-from lambdaml.comm.trial import BLOCK, PatternTrial
+from lambdaml.comm.trial import UNTIMED, PatternTrial
 from lambdaml.errors import CodecError
 from tests.unit.test_tables_fit import job_result
 
 PAIR = ("allreduce", "scatter_reduce")
 
 
-def test_turns_go_in_blocks_from_the_attempts_first_round_and_the_trial_ends_after_the_timed_ones() -> None:
+def test_each_contender_has_a_turn_of_rounds_in_a_row_from_the_attempts_first_round() -> None:
     trial = PatternTrial(PAIR, start=10, rounds=3)
-    # Each contender: one warm-up block, then blocks enough for 3 timed rounds (2 blocks of 2).
-    assert trial.end == 10 + 2 * (1 + 2) * BLOCK
+    assert trial.end == 10 + 2 * (UNTIMED + 3)
     turns = [trial.pattern_at(r) for r in range(10, trial.end)]
-    assert (
-        turns
-        == ["allreduce"] * 2
-        + ["scatter_reduce"] * 2
-        + ["allreduce"] * 2
-        + ["scatter_reduce"] * 2
-        + ["allreduce"] * 2
-        + ["scatter_reduce"] * 2
-    )
+    assert turns == ["allreduce"] * (UNTIMED + 3) + ["scatter_reduce"] * (UNTIMED + 3)
     # The turns are a function of the round alone: a rank resumed mid-trial replays the same ones.
     resumed = PatternTrial(PAIR, start=10, rounds=3)
     assert [resumed.pattern_at(r) for r in range(15, trial.end)] == turns[5:]
@@ -36,14 +27,15 @@ def test_turns_go_in_blocks_from_the_attempts_first_round_and_the_trial_ends_aft
 
 def test_only_timed_rounds_count_and_the_record_compares_the_largest_vector_all_reduced() -> None:
     trial = PatternTrial(PAIR, start=0, rounds=2)
+    assert UNTIMED == 2  # the rounds below
     for number in range(trial.end + 2):
         trial.observe(number, 80, 1.0 + number)
         trial.observe(number, 8, 100.0)  # another collective of the step, smaller
-    trial.observe(4, 800, 1000.0)  # a size only AllReduce reduced: no comparison there
-    # Rounds 0-3 warm up; 4, 5 are AllReduce's timed block and 6, 7 ScatterReduce's; 8+ are past the trial.
+    trial.observe(3, 800, 1000.0)  # a size only AllReduce reduced: no comparison there
+    # AllReduce's turn is rounds 0-3, ScatterReduce's 4-7, each timed past its first two; 8+ are past the trial.
     timed = [(r, n, s) for r, n, s in trial.observed if n == 80]
-    assert timed == [(4, 80, 5.0), (5, 80, 6.0), (6, 80, 7.0), (7, 80, 8.0)]
-    assert json.loads(trial.record()) == {"bytes": 80, "round_s": {"allreduce": 5.5, "scatter_reduce": 7.5}}
+    assert timed == [(2, 80, 3.0), (3, 80, 4.0), (6, 80, 7.0), (7, 80, 8.0)]
+    assert json.loads(trial.record()) == {"bytes": 80, "round_s": {"allreduce": 3.5, "scatter_reduce": 7.5}}
     untimed = PatternTrial(PAIR, start=0, rounds=2)
     assert json.loads(untimed.record()) == {"bytes": None, "round_s": {"allreduce": None, "scatter_reduce": None}}
 
