@@ -62,7 +62,7 @@ class ChannelCommunicator(Communicator):
         self.pattern_name = pattern  # the pattern of the rounds after a trial, if any
         self.pattern: Pattern = PATTERNS.get(pattern)()
         self.trial = trial  # None once settled (or never a trial)
-        self.trial_patterns: dict[str, Pattern] = {}
+        self._trial_patterns: dict[str, Pattern] = {}
         self.trial_round_s: dict[str, float] | None = None  # each contender's mean round, once settled
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
@@ -99,9 +99,9 @@ class ChannelCommunicator(Communicator):
             return self.pattern
         if number < trial.end:
             name = trial.pattern_at(number)
-            if name not in self.trial_patterns:
-                self.trial_patterns[name] = PATTERNS.get(name)()
-            return self.trial_patterns[name]
+            if name not in self._trial_patterns:
+                self._trial_patterns[name] = PATTERNS.get(name)()
+            return self._trial_patterns[name]
         self._settle(trial)
         return self.pattern
 
@@ -119,7 +119,7 @@ class ChannelCommunicator(Communicator):
         names = {rank: keys.trial_key(self.job_id, rank, self.attempt) for rank in range(self.world_size)}
         found = self.channel.wait_for(list(names.values()), self.timeout_s)
         chosen, self.trial_round_s = trial.decide({rank: found[key] for rank, key in names.items()})
-        self.pattern_name, self.pattern = chosen, self.trial_patterns.get(chosen) or PATTERNS.get(chosen)()
+        self.pattern_name, self.pattern = chosen, self._trial_patterns.get(chosen) or PATTERNS.get(chosen)()
         self.trial = None
         timed = ", ".join(f"{p} {s * 1000:.2f} ms" for p, s in (self.trial_round_s or {}).items())
         log.info("pattern trial: keeping %s (%s)", chosen, timed or "a contender was not timed: the model's choice")
