@@ -64,6 +64,7 @@ class ChannelCommunicator(Communicator):
         self.trial = trial  # None once settled (or never a trial)
         self._trial_patterns: dict[str, Pattern] = {}
         self.trial_round_s: dict[str, float] | None = None  # each contender's mean round, once settled
+        self._last_pattern: str | None = None  # the pattern of this run's last round
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []
         self._written: dict[int, list[str]] = {}  # round -> the keys this rank stored in it
@@ -84,26 +85,29 @@ class ChannelCommunicator(Communicator):
             return self._reduce(x, codec)
 
     def _reduce(self, x: Array, codec: ChunkCodec) -> Array:
-        round_ = self._open_round()
-        pattern = self._pattern_of(round_.number)
+        name, pattern = self._pattern_of(self.round)
+        # A round after one of another pattern (a trial's turns), or after a restart, where the
+        # last round's pattern is not known here: see ``Round.retire``.
+        round_ = self._open_round(after_switch=name != self._last_pattern)
+        self._last_pattern = name
         started = time.perf_counter()
         total = pattern.allreduce(round_, x, codec)
         if self.trial is not None:
             self.trial.observe(round_.number, x.nbytes, time.perf_counter() - started)
         return total
 
-    def _pattern_of(self, number: int) -> Pattern:
-        """The pattern round ``number`` runs: its turn in a trial, else the one the job keeps."""
+    def _pattern_of(self, number: int) -> tuple[str, Pattern]:
+        """The pattern round ``number`` runs, and its name: its turn in a trial, else the one the job keeps."""
         trial = self.trial
         if trial is None:
-            return self.pattern
+            return self.pattern_name, self.pattern
         if number < trial.end:
             name = trial.pattern_at(number)
             if name not in self._trial_patterns:
                 self._trial_patterns[name] = PATTERNS.get(name)()
-            return self._trial_patterns[name]
+            return name, self._trial_patterns[name]
         self._settle(trial)
-        return self.pattern
+        return self.pattern_name, self.pattern
 
     def conclude_trial(self) -> None:
         """Settle a trial every rank has finished (past its first round after), if not settled yet."""
@@ -130,7 +134,7 @@ class ChannelCommunicator(Communicator):
         with self.timed():
             yield self._open_round()
 
-    def _open_round(self) -> Round:
+    def _open_round(self, *, after_switch: bool = False) -> Round:
         round_ = self.round
         self.round += 1
         return Round(
@@ -142,6 +146,7 @@ class ChannelCommunicator(Communicator):
             timeout_s=self.timeout_s,
             written=self._written.setdefault(round_, []),
             retire_through=self._retire_through,
+            after_switch=after_switch,
         )
 
     @contextlib.contextmanager

@@ -41,6 +41,7 @@ class Round:
         timeout_s: float,
         written: list[str],
         retire_through: Callable[[int], None],
+        after_switch: bool = False,
     ) -> None:
         self.number = number
         self.rank = rank
@@ -50,6 +51,7 @@ class Round:
         self._timeout_s = timeout_s
         self._written = written
         self._retire_through = retire_through
+        self._after_switch = after_switch
 
     def key(self, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
         """This round's key of ``rank``'s value (``None``: the merged one), of one chunk if given."""
@@ -94,6 +96,11 @@ class Round:
         """Every rank is past round ``number - behind``: what this rank wrote up to it may go.
 
         Only the pattern knows when that is (what this rank has read proves how far the
-        others got); the deletion runs off the critical path.
+        others got); the deletion runs off the critical path. A pattern's proof covers the
+        readers its own rounds have: 2-D ScatterReduce hears only from its row and column,
+        who alone read its values, where an AllReduce or ScatterReduce value is read by every
+        rank. So a round that follows one of another pattern (``after_switch``: a pattern
+        trial's turns) retires one round later. Hearing from anyone in it proves every rank
+        finished the round before the last: each rank's last round read every rank's values.
         """
-        self._retire_through(self.number - behind)
+        self._retire_through(self.number - behind - int(self._after_switch))

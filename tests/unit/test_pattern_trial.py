@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
+from lambdaml import keys
+from lambdaml.channels.memory import MemoryChannel
 from lambdaml.cli import output
 from lambdaml.cli.output import literal_console
+from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.trial import UNTIMED, PatternTrial
 from lambdaml.errors import CodecError
+from tests.helpers import unique_name
 from tests.unit.test_tables_fit import job_result
 
 PAIR = ("allreduce", "scatter_reduce")
@@ -102,3 +108,34 @@ def test_train_prints_the_pattern_a_trial_kept_with_each_contenders_measured_rou
         "collective scatter_reduce (sync.pattern auto): 2.1 ms a round predicted; kept after timing the first "
         "rounds: allreduce 3.4 ms, scatter_reduce 1.9 ms"
     ) in printed.export_text()
+
+
+def test_a_round_after_another_patterns_retires_one_round_later() -> None:
+    """2-D hears only from its row and column, which is proof enough when they alone read its
+    last round; after an AllReduce or ScatterReduce round every rank did, so it waits a round."""
+    store, job_id, world = MemoryChannel(), unique_name("trial"), 4
+    trio = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
+    comms = [
+        ChannelCommunicator(store, job_id, r, world, pattern=trio[0], timeout_s=20.0, trial=PatternTrial(trio, 0, 1))
+        for r in range(world)
+    ]
+    retired: list[list[int]] = [[] for _ in range(world)]
+    for rank, comm in enumerate(comms):
+        real = comm._retire_through
+        comm._retire_through = lambda through, rank=rank, real=real: (retired[rank].append(through), real(through))[1]  # type: ignore[method-assign]
+    rounds = 12  # turns of 3 (rounds 0-2, 3-5, 6-8), then the kept pattern
+    xs = np.arange(world * 8, dtype=np.float64).reshape(world, 8)
+
+    def worker(rank: int) -> str:
+        for _ in range(rounds):
+            np.testing.assert_array_equal(comms[rank].allreduce(xs[rank]), xs.sum(axis=0))
+        comms[rank].finish()
+        return comms[rank].pattern_name
+
+    with ThreadPoolExecutor(world) as pool:
+        kept = set(pool.map(worker, range(world)))
+    assert len(kept) == 1
+    switches = {0, 3, 6} | ({9} if kept != {trio[-1]} else set())
+    for rank in range(world):
+        assert retired[rank] == [n - 1 - (n in switches) for n in range(rounds)], rank
+    assert store.list(keys.comm_prefix(job_id)) == []
