@@ -342,7 +342,7 @@ def run_trial(
     rank: int, world: int, channel: Channel, barrier: Barrier, contenders: tuple[str, ...], d: int, run_id: str
 ) -> tuple[str, dict[str, float] | None]:
     """The pattern ``sync.pattern: auto`` keeps in this cell, timing its contenders as a job does
-    (``lambdaml.comm.trial``, the job file's ``trial_rounds``), and each one's mean round.
+    (``lambdaml.comm.trial``, the job file's ``trial_rounds``), and each one's round (its slowest rank's median).
 
     Every round starts at a barrier, as the fixed patterns' measured rounds do: back to back,
     the ranks drift apart on a shared machine, and a rank's round then counts the others' lag.
@@ -419,7 +419,7 @@ class Workers:
         return out, figures
 
     def trial(self, kind: str, contenders: tuple[str, ...], d: int) -> tuple[str, dict[str, float] | None]:
-        """What auto keeps after timing ``contenders`` (every rank agrees: rank 0's word), and their mean rounds."""
+        """What auto keeps after timing ``contenders`` (every rank agrees: rank 0's word), and their rounds."""
         kept: tuple[str, dict[str, float] | None] = self._ask(kind, contenders, d)[0]
         return kept
 

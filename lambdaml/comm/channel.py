@@ -63,7 +63,7 @@ class ChannelCommunicator(Communicator):
         self.pattern: Pattern = PATTERNS.get(pattern)()
         self.trial = trial  # None once settled (or never a trial)
         self._trial_patterns: dict[str, Pattern] = {}
-        self.trial_round_s: dict[str, float] | None = None  # each contender's mean round, once settled
+        self.trial_round_s: dict[str, float] | None = None  # each contender's slowest-rank round, once settled
         self._last_pattern: str | None = None  # the pattern of this run's last round
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
         self._cleanups: list[Future[Any]] = []

@@ -5,7 +5,7 @@ uncertainty of each other (``PatternChoice.contenders``), the job does not bet o
 Its first rounds go to each of them in turn, a few rounds in a row, and every rank times the
 rounds of each turn past its first ``UNTIMED``. Then each rank stores its median round of each
 pattern on the largest vector all of them reduced, once, reads every rank's record, and all
-keep the pattern with the least total (on a tie, the model's order).
+keep the pattern whose slowest rank was fastest (on a tie, the model's order).
 
 The turns depend only on a round's number counted from the attempt's first round. A rank
 that resumes inside the trial replays every round with the pattern it ran the first time,
@@ -78,14 +78,17 @@ class PatternTrial:
         return json.dumps({"bytes": size, "round_s": medians}, allow_nan=False).encode()
 
     def decide(self, records: Mapping[int, bytes | memoryview]) -> tuple[str, dict[str, float] | None]:
-        """The pattern every rank keeps, from all ranks' records, and each candidate's mean round
-        over the ranks. The model's choice and None where a rank timed no round of a candidate, or
-        the ranks timed different vectors (a job with too few rounds, or a rank resumed late in it)."""
+        """The pattern every rank keeps, from all ranks' records, and each candidate's round: the
+        slowest rank's median, since a BSP round lasts until its last rank has the sum (a mean
+        over the ranks counts the AllReduce aggregator's and 2-D's early finishers, and had 2-D
+        at 0.91-0.94x its round from a common start at W = 8 on Redis). The model's choice and None
+        where a rank timed no round of a candidate, or the ranks timed different vectors (a job
+        with too few rounds, or a rank resumed late in it)."""
         per_rank = [_timed(records[rank], rank, self.candidates) for rank in sorted(records)]
         if len({nbytes for nbytes, _ in per_rank}) != 1 or any(s is None for _, r in per_rank for s in r.values()):
             return self.candidates[0], None
-        mean = {p: statistics.fmean(rounds[p] or 0.0 for _, rounds in per_rank) for p in self.candidates}
-        return min(self.candidates, key=lambda p: (mean[p], self.candidates.index(p))), mean
+        slowest = {p: max(rounds[p] or 0.0 for _, rounds in per_rank) for p in self.candidates}
+        return min(self.candidates, key=lambda p: (slowest[p], self.candidates.index(p))), slowest
 
 
 def _timed(raw: bytes | memoryview, rank: int, candidates: Sequence[str]) -> tuple[int | None, dict[str, float | None]]:

@@ -275,8 +275,8 @@ class WorkerReport(Record):
     # profile knows.
     pattern: str | None = field(default=None, metadata=OPTIONAL)
     predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
-    # Under auto, where the model could not tell patterns apart: each one's mean round over
-    # the ranks in the first rounds, which ``pattern`` was kept by (``lambdaml.comm.trial``).
+    # Under auto, where the model could not tell patterns apart: each one's round in the first
+    # rounds (its slowest rank's median), which ``pattern`` was kept by (``lambdaml.comm.trial``).
     trial_round_s: dict[str, float] | None = field(default=None, metadata=OPTIONAL)
 
 
