@@ -60,9 +60,9 @@ class ChannelCommunicator(Communicator):
         self.round = first_round
         self.extra_retention = extra_retention
         self.pattern_name = pattern  # the pattern of the rounds after a trial, if any
-        self.pattern: Pattern = PATTERNS.get(pattern)()
+        self._patterns: dict[str, Pattern] = {}  # by name: each one this run has used
+        self._named(pattern)  # an unknown name fails here, not at the first round
         self.trial = trial  # None once settled (or never a trial)
-        self._trial_patterns: dict[str, Pattern] = {}
         self.trial_round_s: dict[str, float] | None = None  # each contender's slowest-rank round, once settled
         self._last_pattern: str | None = None  # the pattern of this run's last round
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="comm-cleanup")
@@ -71,6 +71,16 @@ class ChannelCommunicator(Communicator):
 
     def key(self, round_: int, tag: str, *, rank: int | None, chunk: int | None = None) -> str:
         return keys.comm_key(self.job_id, round_, tag, rank=rank, chunk=chunk, attempt=self.attempt)
+
+    @property
+    def pattern(self) -> Pattern:
+        """The pattern of the rounds after a trial, if any (``pattern_name``'s)."""
+        return self._named(self.pattern_name)
+
+    def _named(self, name: str) -> Pattern:
+        if name not in self._patterns:
+            self._patterns[name] = PATTERNS.get(name)()
+        return self._patterns[name]
 
     @property
     def wait_s(self) -> float:
@@ -85,29 +95,25 @@ class ChannelCommunicator(Communicator):
             return self._reduce(x, codec)
 
     def _reduce(self, x: Array, codec: ChunkCodec) -> Array:
-        name, pattern = self._pattern_of(self.round)
+        name = self._pattern_of(self.round)
         # A round after one of another pattern (a trial's turns), or after a restart, where the
         # last round's pattern is not known here: see ``Round.retire``.
         round_ = self._open_round(after_switch=name != self._last_pattern)
         self._last_pattern = name
         started = time.perf_counter()
-        total = pattern.allreduce(round_, x, codec)
+        total = self._named(name).allreduce(round_, x, codec)
         if self.trial is not None:
             self.trial.observe(round_.number, x.nbytes, time.perf_counter() - started)
         return total
 
-    def _pattern_of(self, number: int) -> tuple[str, Pattern]:
-        """The pattern round ``number`` runs, and its name: its turn in a trial, else the one the job keeps."""
+    def _pattern_of(self, number: int) -> str:
+        """The name of the pattern round ``number`` runs: its turn in a trial, else the one the job keeps."""
         trial = self.trial
-        if trial is None:
-            return self.pattern_name, self.pattern
-        if number < trial.end:
-            name = trial.pattern_at(number)
-            if name not in self._trial_patterns:
-                self._trial_patterns[name] = PATTERNS.get(name)()
-            return name, self._trial_patterns[name]
-        self._settle(trial)
-        return self.pattern_name, self.pattern
+        if trial is not None and number < trial.end:
+            return trial.pattern_at(number)
+        if trial is not None:
+            self._settle(trial)
+        return self.pattern_name
 
     def conclude_trial(self) -> None:
         """Settle a trial every rank has finished (past its first round after), if not settled yet."""
@@ -123,7 +129,7 @@ class ChannelCommunicator(Communicator):
         names = {rank: keys.trial_key(self.job_id, rank, self.attempt) for rank in range(self.world_size)}
         found = self.channel.wait_for(list(names.values()), self.timeout_s)
         chosen, self.trial_round_s = trial.decide({rank: found[key] for rank, key in names.items()})
-        self.pattern_name, self.pattern = chosen, self._trial_patterns.get(chosen) or PATTERNS.get(chosen)()
+        self.pattern_name = chosen
         self.trial = None
         timed = ", ".join(f"{p} {s * 1000:.2f} ms" for p, s in (self.trial_round_s or {}).items())
         log.info("pattern trial: keeping %s (%s)", chosen, timed or "a contender was not timed: the model's choice")

@@ -176,6 +176,15 @@ def test_wait_for_into_reads_each_value_past_its_head_into_its_body(channel: Cha
         channel.wait_for_into({prefix + "into/absent": (0, memoryview(bytearray(1)))}, timeout=0.3)
 
 
+def _read_into_place(channel: Channel, key: str, data: bytes) -> memoryview:
+    """``data`` at ``key``, waited for into a target of an 8-byte head and a body of the rest: checked
+    to come back placed, its body holding the rest; the body."""
+    body = memoryview(bytearray(len(data) - 8))
+    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
+    assert bytes(body) == data[8:]
+    return body
+
+
 def test_a_chunked_value_read_into_place_is_never_joined_first(
     channel: Channel, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,9 +193,7 @@ def test_a_chunked_value_read_into_place_is_never_joined_first(
     key, data = prefix + "into/parts", os.urandom(3 * channel.max_item_bytes)
     channel.put(key, data)
     monkeypatch.setattr(channel, "_join_chunked", lambda manifests: pytest.fail("joined before placing"))
-    body = memoryview(bytearray(len(data) - 8))
-    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
-    assert bytes(body) == data[8:]
+    body = _read_into_place(channel, key, data)
     # A part of another write is refused here as in any other read of the value.
     stale = channel._get(K.chunk_part(key, 1))
     channel.put(key, os.urandom(len(data)))
@@ -228,9 +235,7 @@ def test_a_chunked_value_is_one_write_request_and_read_into_place_in_one_get(
     assert sorted(channel.put(key, data)) == sorted([*parts, key])
     assert writes == [[*parts, key]]  # the manifest last, in its parts' request
     gets = _record_gets(channel, monkeypatch)
-    body = memoryview(bytearray(len(data) - 8))
-    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
-    assert bytes(body) == data[8:]
+    _read_into_place(channel, key, data)
     assert gets == [[key, *parts]]  # no read of the manifest first
 
 
@@ -262,9 +267,7 @@ def test_parts_found_before_their_manifest_are_read_once_and_a_part_gone_is_an_e
     for part, value in parts:  # a write in progress: its parts stored, its manifest not yet
         channel._put(part, joined(value))
     gets = _record_gets(channel, monkeypatch, after_first=lambda: channel._put(*manifest))  # completed between polls
-    body = memoryview(bytearray(len(data) - 8))
-    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
-    assert bytes(body) == data[8:]
+    body = _read_into_place(channel, key, data)
     assert gets == [[key, *(part for part, _ in parts)], [key]]  # the parts were read once, before the manifest
     monkeypatch.undo()
     channel._delete([parts[1][0]])  # evicted, say
@@ -279,9 +282,7 @@ def test_a_value_chunked_at_another_item_limit_is_still_read_into_place(channel:
     writer = MemcachedChannel(channel.client, channel.server, channel.max_item_bytes - 1000)
     key, data = prefix + "ordered/other-limit", os.urandom(2 * channel.max_item_bytes)
     writer.put(key, data)  # three parts, as the reader would cut it, but cut elsewhere
-    body = memoryview(bytearray(len(data) - 8))
-    assert channel.wait_for_into({key: (8, body)}, timeout=10.0) == {key: Placed(data[:8])}
-    assert bytes(body) == data[8:]
+    _read_into_place(channel, key, data)
 
 
 def test_concurrent_writers(channel: Channel, prefix: str) -> None:
