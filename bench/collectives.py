@@ -609,11 +609,12 @@ def auto_row(profile: Profile, cell: dict[str, Row], workers: Workers) -> Row:
     contenders = choice.contenders(profile.uncertainty)
     if len(contenders) > 1:
         kept, timed = workers.trial(some.channel, contenders, some.d)
-        how = (
-            f"timed {', '.join(f'{p} {s * 1000:.1f} ms' for p, s in timed.items())}: kept {kept}"
-            if timed
-            else f"a contender untimed: kept the model's {kept}"
-        )
+        if timed is None:
+            how = f"a contender untimed: kept the model's {kept}"
+        else:
+            fastest = min(timed, key=lambda p: timed[p])
+            tied = f" (within the rounds' spread of {fastest})" if timed[kept] > timed[fastest] else ""
+            how = f"timed {', '.join(f'{p} {s * 1000:.1f} ms' for p, s in timed.items())}: kept {kept}{tied}"
     else:
         kept = choice.pattern
         how = f"the model's {kept}"

@@ -5,7 +5,10 @@ uncertainty of each other (``PatternChoice.contenders``), the job does not bet o
 Its first rounds go to each of them in turn, a few rounds in a row, and every rank times the
 rounds of each turn past its first ``UNTIMED``. Then each rank stores its median round of each
 pattern on the largest vector all of them reduced, once, reads every rank's record, and all
-keep the pattern whose slowest rank was fastest (on a tie, the model's order).
+keep the pattern whose slowest rank was fastest, unless the model's choice (or a contender
+before the fastest in the model's order) was slower by no more than the rounds' own spread: a
+difference the timings cannot resolve keeps the model's order, so the same job keeps the same
+pattern from run to run where the patterns tie.
 
 The turns depend only on a round's number counted from the attempt's first round. A rank
 that resumes inside the trial replays every round with the pattern it ran the first time,
@@ -21,6 +24,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lambdaml.errors import CodecError
 
@@ -30,6 +34,9 @@ from lambdaml.errors import CodecError
 #: beside the others' deletes and heaps: at W = 8, d = 1e7 on Redis they had AllReduce ahead of
 #: ScatterReduce, which alone ran 0.78x AllReduce's round.
 UNTIMED = 2
+
+#: Each candidate's seconds (a median round, or a spread), None where none of its rounds was timed.
+Timings = dict[str, float | None]
 
 
 @dataclass
@@ -68,45 +75,77 @@ class PatternTrial:
 
     def record(self) -> bytes:
         """This rank's record: the largest vector every candidate reduced in its timed rounds (BSP
-        ranks all reduce the same ones), and each candidate's median round of it (null: none)."""
+        ranks all reduce the same ones), and each candidate's median round of it and the median
+        absolute deviation of those rounds from it (null: none)."""
         times: dict[tuple[str, int], list[float]] = {}
         for round_, nbytes, seconds in self.observed:
             times.setdefault((self.pattern_at(round_), nbytes), []).append(seconds)
         common = set.intersection(*({n for (p, n) in times if p == pattern} for pattern in self.candidates))
         size = max(common) if common else None
-        medians = {p: statistics.median(times[p, size]) if size is not None else None for p in self.candidates}
-        return json.dumps({"bytes": size, "round_s": medians}, allow_nan=False).encode()
+        medians: Timings = dict.fromkeys(self.candidates)
+        spreads: Timings = dict.fromkeys(self.candidates)
+        if size is not None:
+            for p in self.candidates:
+                median = medians[p] = statistics.median(times[p, size])
+                spreads[p] = statistics.median(abs(s - median) for s in times[p, size])
+        return json.dumps({"bytes": size, "round_s": medians, "spread_s": spreads}, allow_nan=False).encode()
 
     def decide(self, records: Mapping[int, bytes | memoryview]) -> tuple[str, dict[str, float] | None]:
         """The pattern every rank keeps, from all ranks' records, and each candidate's round: the
         slowest rank's median, since a BSP round lasts until its last rank has the sum (a mean
         over the ranks counts the AllReduce aggregator's and 2-D's early finishers, and had 2-D
-        at 0.91-0.94x its round from a common start at W = 8 on Redis). The model's choice and None
-        where a rank timed no round of a candidate, or the ranks timed different vectors (a job
-        with too few rounds, or a rank resumed late in it)."""
+        at 0.91-0.94x its round from a common start at W = 8 on Redis).
+
+        The first candidate in the model's order whose round exceeds the fastest one's by no more
+        than their spreads added (each the largest over the ranks) is kept: at W = 2, d = 1e4 on
+        Redis and Memcached the two patterns' rounds lay within 2% of each other in the trial and
+        their fixed measurements ranked them either way from run to run, so a verdict on such a
+        difference only made the kept pattern change between runs of the same job.
+
+        The model's choice and None where a rank timed no round of a candidate, or the ranks timed
+        different vectors (a job with too few rounds, or a rank resumed late in it)."""
         per_rank = [_timed(records[rank], rank, self.candidates) for rank in sorted(records)]
-        if len({nbytes for nbytes, _ in per_rank}) != 1 or any(s is None for _, r in per_rank for s in r.values()):
+        if len({nbytes for nbytes, _, _ in per_rank}) != 1 or any(
+            s is None for _, rounds, _ in per_rank for s in rounds.values()
+        ):
             return self.candidates[0], None
-        slowest = {p: max(rounds[p] or 0.0 for _, rounds in per_rank) for p in self.candidates}
-        return min(self.candidates, key=lambda p: (slowest[p], self.candidates.index(p))), slowest
+        slowest = {p: max(rounds[p] or 0.0 for _, rounds, _ in per_rank) for p in self.candidates}
+        spread = {p: max(spreads[p] or 0.0 for _, _, spreads in per_rank) for p in self.candidates}
+        fastest = min(self.candidates, key=lambda p: (slowest[p], self.candidates.index(p)))
+        kept = next(p for p in self.candidates if slowest[p] - slowest[fastest] <= spread[p] + spread[fastest])
+        return kept, slowest
 
 
-def _timed(raw: bytes | memoryview, rank: int, candidates: Sequence[str]) -> tuple[int | None, dict[str, float | None]]:
-    """One rank's record, checked: a vector size, and for every candidate a positive time or null."""
+def _timed(raw: bytes | memoryview, rank: int, candidates: Sequence[str]) -> tuple[int | None, Timings, Timings]:
+    """One rank's record, checked: a vector size, and for every candidate a positive time and a
+    spread of at least 0, both null where it timed none of its rounds."""
     try:
         body = json.loads(bytes(raw))
-        nbytes, rounds = body["bytes"], body["round_s"]
-        ok = (nbytes is None or (isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes >= 0)) and (
-            isinstance(rounds, dict) and set(rounds) == set(candidates)
+        nbytes, rounds, spreads = body["bytes"], body["round_s"], body["spread_s"]
+        ok = (nbytes is None or (isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes >= 0)) and all(
+            isinstance(times, dict) and set(times) == set(candidates) for times in (rounds, spreads)
         )
-        ok = ok and all(s is None or _seconds(s) for s in rounds.values())
+        ok = ok and all(
+            (rounds[p] is None and spreads[p] is None) or (_seconds(rounds[p]) and _seconds(spreads[p], zero=True))
+            for p in candidates
+        )
     except (ValueError, TypeError, KeyError):
         ok = False
     if not ok:
         names = ", ".join(candidates)
         raise CodecError(f"rank {rank}'s pattern trial record is not a round time for each of {names}")
-    return nbytes, {p: None if rounds[p] is None else float(rounds[p]) for p in candidates}
+
+    def floats(times: Any) -> Timings:  # checked above: a number or null for every candidate
+        return {p: None if times[p] is None else float(times[p]) for p in candidates}
+
+    return nbytes, floats(rounds), floats(spreads)
 
 
-def _seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+def _seconds(value: object, *, zero: bool = False) -> bool:
+    """A finite number of seconds, more than 0 (or 0 itself, with ``zero``)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (value >= 0 if zero else value > 0)
+        and value < math.inf
+    )

@@ -19,6 +19,7 @@ from tests.helpers import unique_name
 from tests.unit.test_tables_fit import job_result
 
 PAIR = ("allreduce", "scatter_reduce")
+ZERO = b'{"allreduce": 0, "scatter_reduce": 0}'
 
 
 def test_each_contender_has_a_turn_of_rounds_in_a_row_from_the_attempts_first_round() -> None:
@@ -41,16 +42,37 @@ def test_only_timed_rounds_count_and_the_record_compares_the_largest_vector_all_
     # AllReduce's turn is rounds 0-3, ScatterReduce's 4-7, each timed past its first two; 8+ are past the trial.
     timed = [(r, n, s) for r, n, s in trial.observed if n == 80]
     assert timed == [(2, 80, 3.0), (3, 80, 4.0), (6, 80, 7.0), (7, 80, 8.0)]
-    assert json.loads(trial.record()) == {"bytes": 80, "round_s": {"allreduce": 3.5, "scatter_reduce": 7.5}}
+    assert json.loads(trial.record()) == {
+        "bytes": 80,
+        "round_s": {"allreduce": 3.5, "scatter_reduce": 7.5},
+        "spread_s": {"allreduce": 0.5, "scatter_reduce": 0.5},  # the median absolute deviation
+    }
     untimed = PatternTrial(PAIR, start=0, rounds=2)
-    assert json.loads(untimed.record()) == {"bytes": None, "round_s": {"allreduce": None, "scatter_reduce": None}}
+    nothing = {"allreduce": None, "scatter_reduce": None}
+    assert json.loads(untimed.record()) == {"bytes": None, "round_s": nothing, "spread_s": nothing}
+
+
+def test_the_spread_is_the_median_absolute_deviation_of_a_candidates_timed_rounds() -> None:
+    trial = PatternTrial(PAIR, start=0, rounds=5)
+    seconds = iter([1.0, 1.1, 0.9, 5.0, 1.2, 2.0, 2.0, 2.0, 2.0, 2.0])  # one slow AllReduce round; ScatterReduce steady
+    for number in range(trial.end):
+        if (number - trial.start) % trial.turn >= UNTIMED:
+            trial.observe(number, 8, next(seconds))
+    record = json.loads(trial.record())
+    assert record["round_s"] == {"allreduce": 1.1, "scatter_reduce": 2.0}
+    assert record["spread_s"] == pytest.approx({"allreduce": 0.1, "scatter_reduce": 0.0})
+
+
+def record(ar: float | None, sr: float | None, nbytes: int = 80, spread: tuple[float, float] = (0.0, 0.0)) -> bytes:
+    """A rank's trial record of AllReduce's and ScatterReduce's rounds (and their spreads)."""
+    spreads = {"allreduce": None if ar is None else spread[0], "scatter_reduce": None if sr is None else spread[1]}
+    return json.dumps(
+        {"bytes": nbytes, "round_s": {"allreduce": ar, "scatter_reduce": sr}, "spread_s": spreads}
+    ).encode()
 
 
 def test_the_verdict_is_the_fastest_slowest_rank_and_on_a_tie_the_models_order() -> None:
     trial = PatternTrial(PAIR, start=0, rounds=2)
-
-    def record(ar: float | None, sr: float | None, nbytes: int = 80) -> bytes:
-        return json.dumps({"bytes": nbytes, "round_s": {"allreduce": ar, "scatter_reduce": sr}}).encode()
 
     # A round lasts until its slowest rank has the sum: AllReduce's rank 1 finished early, not its round.
     chosen, rounds = trial.decide({0: record(0.004, 0.003), 1: record(0.001, 0.003)})
@@ -62,24 +84,46 @@ def test_the_verdict_is_the_fastest_slowest_rank_and_on_a_tie_the_models_order()
     assert trial.decide({0: record(0.004, 0.001), 1: record(0.004, 0.001, nbytes=8)}) == ("allreduce", None)
 
 
+def test_a_difference_within_the_rounds_spread_keeps_the_models_order() -> None:
+    trial = PatternTrial(PAIR, start=0, rounds=4)
+    # ScatterReduce was faster by 0.02 ms, and the rounds spread by 0.01 ms each: no verdict, the model's choice.
+    noisy = {0: record(0.00045, 0.00043, spread=(1e-5, 1e-5)), 1: record(0.00044, 0.00042, spread=(1e-5, 1e-5))}
+    assert trial.decide(noisy) == ("allreduce", {"allreduce": 0.00045, "scatter_reduce": 0.00043})
+    # The largest spread over the ranks counts: rank 1's steadier rounds do not narrow it.
+    assert trial.decide({0: record(0.004, 0.003, spread=(6e-4, 5e-4)), 1: record(0.004, 0.003)})[0] == "allreduce"
+    # A difference beyond the spreads is a verdict.
+    assert trial.decide({0: record(0.004, 0.003, spread=(4e-4, 5e-4)), 1: record(0.004, 0.003)})[0] == "scatter_reduce"
+    # Beyond them by the smallest margin too: the spreads add, they are not a ratio.
+    steady = {0: record(0.00045, 0.00043), 1: record(0.00044, 0.00042)}
+    assert trial.decide(steady)[0] == "scatter_reduce"
+
+
 @pytest.mark.parametrize(
     "body",
     [
         b"not json",
         b"[]",
-        b'{"round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}}',  # no size
-        b'{"bytes": -1, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}}',
-        b'{"bytes": 8, "round_s": {"allreduce": 0.1}}',  # a contender missing
-        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1, "scatter_reduce_2d": 0.1}}',
-        b'{"bytes": 8, "round_s": {"allreduce": -1, "scatter_reduce": 0.1}}',
-        b'{"bytes": 8, "round_s": {"allreduce": true, "scatter_reduce": 0.1}}',
-        b'{"bytes": 8, "round_s": {"allreduce": NaN, "scatter_reduce": 0.1}}',
-        b'{"bytes": 8, "round_s": {"allreduce": "fast", "scatter_reduce": 0.1}}',
+        b'{"round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}, "spread_s": {"allreduce": 0, "scatter_reduce": 0}}',
+        b'{"bytes": -1, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}, "spread_s": %s}' % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1}, "spread_s": {"allreduce": 0}}',  # a contender missing
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1, "scatter_reduce_2d": 0.1}, "spread_s": %s}'
+        % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": -1, "scatter_reduce": 0.1}, "spread_s": %s}' % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": true, "scatter_reduce": 0.1}, "spread_s": %s}' % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": NaN, "scatter_reduce": 0.1}, "spread_s": %s}' % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": "fast", "scatter_reduce": 0.1}, "spread_s": %s}' % ZERO,
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}}',  # no spreads
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}, "spread_s": {"allreduce": -1e-3, '
+        b'"scatter_reduce": 0}}',
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}, "spread_s": {"allreduce": null, '
+        b'"scatter_reduce": 0}}',  # a time without its spread
+        b'{"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.1}, "spread_s": {"allreduce": Infinity, '
+        b'"scatter_reduce": 0}}',
     ],
 )
 def test_a_malformed_record_fails_in_one_line_naming_its_rank(body: bytes) -> None:
     trial = PatternTrial(PAIR, start=0, rounds=2)
-    good = json.dumps({"bytes": 8, "round_s": {"allreduce": 0.1, "scatter_reduce": 0.2}}).encode()
+    good = record(0.1, 0.2, nbytes=8)
     with pytest.raises(CodecError, match=r"^rank 1's pattern trial record is not a round time for each of") as caught:
         trial.decide({0: good, 1: body})
     assert "\n" not in str(caught.value)
