@@ -126,10 +126,17 @@ def print_result(result: JobResult) -> None:
         )
     chose = result.spec.get("sync", {}).get("pattern") == "auto"
     if chose and result.pattern is not None and result.predicted_round_s is not None:
-        timed = ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in (result.trial_round_s or {}).items())
+        rounds = result.trial_round_s or {}
+        timed = ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in rounds.items())
+        # The trial keeps the model's choice over a faster-timed pattern only within the rounds' spread.
+        tie = (
+            " (a difference within the rounds' spread: the model's choice)"
+            if any(s < rounds.get(result.pattern, 0.0) for s in rounds.values())
+            else ""
+        )
         console.print(
             f"collective {result.pattern} (sync.pattern auto): {result.predicted_round_s * 1000:.1f} ms a round "
-            "predicted" + (f"; kept after timing the first rounds: {timed}" if timed else "")
+            "predicted" + (f"; kept after timing the first rounds: {timed}{tie}" if timed else "")
         )
     if result.result_path is not None:
         console.print(f"result: {result.result_path}")

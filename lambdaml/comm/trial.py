@@ -86,8 +86,7 @@ class PatternTrial:
         spreads: Timings = dict.fromkeys(self.candidates)
         if size is not None:
             for p in self.candidates:
-                median = medians[p] = statistics.median(times[p, size])
-                spreads[p] = statistics.median(abs(s - median) for s in times[p, size])
+                medians[p], spreads[p] = median_and_spread(times[p, size])
         return json.dumps({"bytes": size, "round_s": medians, "spread_s": spreads}, allow_nan=False).encode()
 
     def decide(self, records: Mapping[int, bytes | memoryview]) -> tuple[str, dict[str, float] | None]:
@@ -112,8 +111,20 @@ class PatternTrial:
         slowest = {p: max(rounds[p] or 0.0 for _, rounds, _ in per_rank) for p in self.candidates}
         spread = {p: max(spreads[p] or 0.0 for _, _, spreads in per_rank) for p in self.candidates}
         fastest = min(self.candidates, key=lambda p: (slowest[p], self.candidates.index(p)))
-        kept = next(p for p in self.candidates if slowest[p] - slowest[fastest] <= spread[p] + spread[fastest])
-        return kept, slowest
+        best = (slowest[fastest], spread[fastest])
+        return next(p for p in self.candidates if within_spread((slowest[p], spread[p]), best)), slowest
+
+
+def median_and_spread(seconds: Sequence[float]) -> tuple[float, float]:
+    """The median of some rounds' times, and their spread: the median absolute deviation from it."""
+    median = statistics.median(seconds)
+    return median, statistics.median(abs(s - median) for s in seconds)
+
+
+def within_spread(slower: tuple[float, float], faster: tuple[float, float]) -> bool:
+    """Whether two timings (median, spread) are too close to tell apart: their medians differ by no
+    more than their spreads added."""
+    return slower[0] - faster[0] <= slower[1] + faster[1]
 
 
 def _timed(raw: bytes | memoryview, rank: int, candidates: Sequence[str]) -> tuple[int | None, Timings, Timings]:

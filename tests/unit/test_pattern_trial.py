@@ -151,7 +151,17 @@ def test_train_prints_the_pattern_a_trial_kept_with_each_contenders_measured_rou
     )  # fmt: skip
     assert (
         "collective scatter_reduce (sync.pattern auto): 2.1 ms a round predicted; kept after timing the first "
-        "rounds: allreduce 3.4 ms, scatter_reduce 1.9 ms"
+        "rounds: allreduce 3.4 ms, scatter_reduce 1.9 ms\n"
+    ) in printed.export_text()
+    printed = literal_console(width=200)
+    printed.record = True
+    monkeypatch.setattr(output, "console", printed)
+    tied = {"allreduce": 0.00045, "scatter_reduce": 0.00043}
+    output.print_result(job_result(workers=4, spec=auto, cost={}, pattern="allreduce", predicted_round_s=0.0005,
+                                   trial_round_s=tied))  # fmt: skip
+    assert (
+        "kept after timing the first rounds: allreduce 0.5 ms, scatter_reduce 0.4 ms (a difference within the "
+        "rounds' spread: the model's choice)"
     ) in printed.export_text()
 
 
