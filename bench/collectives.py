@@ -53,7 +53,7 @@ from lambdaml.channels.s3_objects import S3Objects
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.grid import grid_shape
 from lambdaml.comm.patterns import chunk_bounds
-from lambdaml.comm.trial import PatternTrial, median_and_spread, within_spread
+from lambdaml.comm.trial import PatternTrial, faster_than_kept, median_and_spread, rounds_text, within_spread
 from lambdaml.config import ChannelSpec, SyncSpec
 from lambdaml.local import services
 from lambdaml.runtime.heap import keep_freed_buffers
@@ -616,9 +616,9 @@ def auto_row(profile: Profile, cell: dict[str, Row], workers: Workers) -> Row:
         if timed is None:
             how = f"a contender untimed: kept the model's {kept}"
         else:
-            fastest = min(timed, key=lambda p: timed[p])
-            close = f" (within the rounds' spread of {fastest})" if timed[kept] > timed[fastest] else ""
-            how = f"timed {', '.join(f'{p} {s * 1000:.1f} ms' for p, s in timed.items())}: kept {kept}{close}"
+            faster = faster_than_kept(kept, timed)
+            close = f" (within the rounds' spread of {faster})" if faster else ""
+            how = f"timed {rounds_text(timed)}: kept {kept}{close}"
     else:
         kept = choice.pattern
         how = f"the model's {kept}"

@@ -126,12 +126,14 @@ def print_result(result: JobResult) -> None:
         )
     chose = result.spec.get("sync", {}).get("pattern") == "auto"
     if chose and result.pattern is not None and result.predicted_round_s is not None:
+        from lambdaml.comm.trial import faster_than_kept, rounds_text
+
         rounds = result.trial_round_s or {}
-        timed = ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in rounds.items())
+        timed = rounds_text(rounds)
         # The trial keeps the model's choice over a faster-timed pattern only within the rounds' spread.
         tie = (
             " (a difference within the rounds' spread: the model's choice)"
-            if any(s < rounds.get(result.pattern, 0.0) for s in rounds.values())
+            if faster_than_kept(result.pattern, rounds)
             else ""
         )
         console.print(

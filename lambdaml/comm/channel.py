@@ -17,7 +17,7 @@ from lambdaml.comm import PATTERNS
 from lambdaml.comm.base import Communicator
 from lambdaml.comm.patterns import PLAIN, ChunkCodec, Pattern
 from lambdaml.comm.rounds import Round
-from lambdaml.comm.trial import PatternTrial
+from lambdaml.comm.trial import PatternTrial, rounds_text
 from lambdaml.seal import Sealer
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class ChannelCommunicator(Communicator):
         chosen, self.trial_round_s = trial.decide({rank: found[key] for rank, key in names.items()})
         self.pattern_name = chosen
         self.trial = None
-        timed = ", ".join(f"{p} {s * 1000:.2f} ms" for p, s in (self.trial_round_s or {}).items())
+        timed = rounds_text(self.trial_round_s or {}, digits=2)
         log.info("pattern trial: keeping %s (%s)", chosen, timed or "a contender was not timed: the model's choice")
 
     @contextlib.contextmanager

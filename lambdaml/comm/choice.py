@@ -15,9 +15,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from analytic_model.pattern_choice import PatternChoice, candidates, choose_pattern
+from analytic_model.pattern_choice import candidates, choose_pattern
 from analytic_model.profile import Profile, load_profile
 from lambdaml import settings
+from lambdaml.comm.trial import rounds_text
 from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError
 
@@ -62,11 +63,7 @@ def pattern_for(job: JobSpec, vector_bytes: int) -> PatternPlan:
     timed = job.workers > 1 and job.sync.trial_rounds > 0 and job.sync.protocol == "bsp" and not compressed
     contenders = choice.contenders(profile.uncertainty) if timed else ()
     log.info(
-        "pattern auto: %s (predicted %s)%s", choice.pattern, _rounded(choice),
+        "pattern auto: %s (predicted %s)%s", choice.pattern, rounds_text(choice.predictions),
         f"; timing {', '.join(contenders)} first" if len(contenders) > 1 else "",
     )  # fmt: skip
     return PatternPlan(choice.pattern, choice.predictions, contenders if len(contenders) > 1 else ())
-
-
-def _rounded(choice: PatternChoice) -> str:
-    return ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in choice.predictions.items())

@@ -115,6 +115,17 @@ class PatternTrial:
         return next(p for p in self.candidates if within_spread((slowest[p], spread[p]), best)), slowest
 
 
+def rounds_text(seconds: Mapping[str, float], digits: int = 1) -> str:
+    """Each pattern's round in milliseconds, for a log line or a printed result."""
+    return ", ".join(f"{p} {s * 1000:.{digits}f} ms" for p, s in seconds.items())
+
+
+def faster_than_kept(kept: str, rounds: Mapping[str, float]) -> str | None:
+    """The pattern timed fastest where a trial kept another (within the rounds' spread), else None."""
+    fastest = min(rounds, key=lambda p: rounds[p], default=kept)
+    return fastest if kept in rounds and rounds[fastest] < rounds[kept] else None
+
+
 def median_and_spread(seconds: Sequence[float]) -> tuple[float, float]:
     """The median of some rounds' times, and their spread: the median absolute deviation from it."""
     median = statistics.median(seconds)

@@ -13,7 +13,7 @@ from lambdaml.channels.memory import MemoryChannel
 from lambdaml.cli import output
 from lambdaml.cli.output import literal_console
 from lambdaml.comm.channel import ChannelCommunicator
-from lambdaml.comm.trial import UNTIMED, PatternTrial
+from lambdaml.comm.trial import UNTIMED, PatternTrial, faster_than_kept, rounds_text
 from lambdaml.errors import CodecError
 from tests.helpers import unique_name
 from tests.unit.test_tables_fit import job_result
@@ -194,3 +194,13 @@ def test_a_round_after_another_patterns_retires_one_round_later() -> None:
     for rank in range(world):
         assert retired[rank] == [n - 1 - (n in switches) for n in range(rounds)], rank
     assert store.list(keys.comm_prefix(job_id)) == []
+
+
+def test_the_faster_pattern_a_trial_passed_over_is_named_and_rounds_print_in_milliseconds() -> None:
+    rounds = {"allreduce": 0.00045, "scatter_reduce": 0.00043}
+    assert faster_than_kept("allreduce", rounds) == "scatter_reduce"
+    assert faster_than_kept("scatter_reduce", rounds) is None
+    assert faster_than_kept("scatter_reduce_2d", rounds) is None  # not a contender: nothing to compare
+    assert faster_than_kept("allreduce", {}) is None
+    assert rounds_text(rounds) == "allreduce 0.5 ms, scatter_reduce 0.4 ms"
+    assert rounds_text(rounds, digits=2) == "allreduce 0.45 ms, scatter_reduce 0.43 ms"
