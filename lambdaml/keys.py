@@ -106,6 +106,19 @@ def job_model(job_id: str) -> str:
     return job_prefix(job_id) + "model"
 
 
+def job_model_card(job_id: str) -> str:
+    """What the model is (its kind, shape, classes, format version) and its bundle's hash."""
+    return job_prefix(job_id) + "model.json"
+
+
+def job_of_model(key: str) -> str | None:
+    """The job whose model bundle ``key`` is (``jobs/ID/model``), or None for any other key."""
+    job_id, _, rest = key.removeprefix(JOBS_PREFIX).partition("/")
+    if not key.startswith(JOBS_PREFIX) or rest != "model" or not NAME_PATTERN.fullmatch(job_id):
+        return None
+    return job_id
+
+
 def job_status(job_id: str) -> str:
     """The job's state as the driver, the coordinator and the workers record it (running, failed, ...)."""
     return job_prefix(job_id) + "status.json"
@@ -282,3 +295,21 @@ def chunk_parts_prefix(key: str) -> str:
 
 def is_chunk_part(key: str) -> bool:
     return CHUNK_MARK in key
+
+
+# --- S3 URIs ---------------------------------------------------------------------
+
+
+S3_SCHEME = "s3://"
+
+
+def is_s3_uri(text: str) -> bool:
+    return text.startswith(S3_SCHEME)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/path/key`` -> ``("bucket", "path/key")``; a URI without both is a ConfigError."""
+    bucket, _, key = uri.removeprefix(S3_SCHEME).partition("/")
+    if not is_s3_uri(uri) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) or not key:
+        raise ConfigError(f"{brief(uri)} is not an S3 object URI (s3://BUCKET/KEY)")
+    return bucket, key

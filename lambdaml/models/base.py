@@ -10,6 +10,7 @@ import numpy as np
 from lambdaml import catalogue
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
+from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -72,6 +73,14 @@ class Model(ABC):
     @abstractmethod
     def predict(self, params: Array, X: Features) -> Array: ...
 
+    def decision(self, params: Array, X: Features) -> Array:
+        """The scores ``predict`` thresholds or takes the largest of: margins (binary) or one column per class."""
+        raise ConfigError(f"model {catalogue_name(self)!r} has no decision function")
+
+    def probabilities(self, params: Array, X: Features) -> Array:
+        """One column per class, each row summing to 1; only models with a probabilistic loss have them."""
+        raise ConfigError(f"model {catalogue_name(self)!r} gives no probabilities (its loss is not a likelihood)")
+
     def mean_loss(self, params: Array, X: Features, y: Array) -> float:
         if len(y) == 0:
             return float("nan")
@@ -85,3 +94,9 @@ class Model(ABC):
 
     def labels(self, y: Array) -> Array:
         return y
+
+
+def catalogue_name(model: Model) -> str:
+    """The name a job file gives ``model``'s class (``lr``, ``softmax``, ``mlp`` ...)."""
+    path = f"{type(model).__module__}:{type(model).__name__}"
+    return next((info.name for info in catalogue.MODELS.values() if info.path == path), type(model).__name__)

@@ -55,6 +55,9 @@ class LinearModel(Model):
         grad[self.biases()] = 0.0  # the bias is not regularized
         return grad
 
+    def decision(self, params: Array, X: Features) -> Array:
+        return self.margin(params, X)
+
     def predict(self, params: Array, X: Features) -> Array:
         """Class 1 where the margin is positive, else 0 (compared with ``labels(y)``)."""
         return (self.margin(params, X) > 0).astype(np.float64)
@@ -66,6 +69,10 @@ class LogisticRegression(LinearModel):
     def loss_and_slope(self, z: Array, t: Array) -> tuple[float, Array]:
         loss = float(np.sum(np.logaddexp(0.0, z) - t * z))  # stable for any z
         return loss, _sigmoid(z) - t
+
+    def probabilities(self, params: Array, X: Features) -> Array:
+        positive = _sigmoid(self.margin(params, X))
+        return np.column_stack([1.0 - positive, positive])
 
 
 class LinearSVM(LinearModel):

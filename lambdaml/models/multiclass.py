@@ -69,6 +69,9 @@ class MulticlassLinearModel(Model):
         weights = params[: -self.n_classes].reshape(self.n_features, self.n_classes)
         return np.asarray(X @ weights, dtype=np.float64) + params[-self.n_classes :]
 
+    def decision(self, params: Array, X: Features) -> Array:
+        return self.scores(params, X)
+
     @abstractmethod
     def loss_and_slopes(self, S: Array, t: Array) -> tuple[float, Array]:
         """Summed loss of scores ``S`` for class ids ``t``, and its derivative by every score."""
@@ -109,6 +112,9 @@ class SoftmaxRegression(MulticlassLinearModel):
         slopes[rows, t] -= 1.0
         return loss, slopes
 
+    def probabilities(self, params: Array, X: Features) -> Array:
+        return softmax_rows(self.scores(params, X))
+
 
 class MulticlassSVM(MulticlassLinearModel):
     """Crammer-Singer multiclass SVM: ``max(0, 1 + max_{j != y} s_j - s_y)`` per example.
@@ -131,3 +137,10 @@ class MulticlassSVM(MulticlassLinearModel):
         slopes[rows[active], rival[active]] = 1.0
         slopes[rows[active], t[active]] = -1.0
         return float(np.sum(slack[active])), slopes
+
+
+def softmax_rows(S: Array) -> Array:
+    """Each row's softmax, shifted so no exponential overflows."""
+    exp = np.exp(S - S.max(axis=1, keepdims=True))
+    out: Array = exp / exp.sum(axis=1, keepdims=True)
+    return out

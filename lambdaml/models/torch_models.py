@@ -30,6 +30,7 @@ from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError, DataError
 from lambdaml.models.base import Model
+from lambdaml.models.multiclass import softmax_rows
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -194,6 +195,16 @@ class TorchModel(Model):
         self._load(params)
         out = [logits.argmax(dim=1).numpy() for logits in self._eval_logits(X)]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def decision(self, params: Array, X: Features) -> Array:
+        """The logits, one column per class (float64)."""
+        X = require_dense(X, type(self).__name__)
+        self._load(params)
+        out = [logits.numpy() for logits in self._eval_logits(X)]
+        return np.concatenate(out).astype(np.float64) if out else np.zeros((0, self.n_classes))
+
+    def probabilities(self, params: Array, X: Features) -> Array:
+        return softmax_rows(self.decision(params, X))
 
     def mean_loss(self, params: Array, X: Features, y: Array) -> float:
         """Mean cross-entropy without a gradient, in batches (a whole test set fits in memory)."""

@@ -68,9 +68,20 @@ class Attempt:
             raise CodecError(f"{what} is malformed: {exc}") from None
 
 
+#: Parts of a job that change nothing it computes: a job resumed with another of them is the same job.
+_NOT_COMPUTED = frozenset({"tracking"})
+
+
+def _computed(job: JobSpec) -> dict[str, Any]:
+    return {k: v for k, v in job.model_dump(mode="json").items() if k not in _NOT_COMPUTED}
+
+
 def spec_hash(job: JobSpec) -> str:
-    """A fingerprint of what a job computes, to tell a resumed job file from a different one."""
-    canonical = json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """A fingerprint of what a job computes, to tell a resumed job file from a different one.
+
+    Where it is tracked is no part of it (and a job from before tracking existed hashes as it did).
+    """
+    canonical = json.dumps(_computed(job), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -157,7 +168,11 @@ def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, resul
     cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
     """
     wanted = set(ended)
-    outputs = {key: job_id for job_id in ended for key in (keys.job_result(job_id), keys.job_model(job_id))}
+    outputs = {
+        key: job_id
+        for job_id in ended
+        for key in (keys.job_result(job_id), keys.job_model(job_id), keys.job_model_card(job_id))
+    }
     residue: dict[str, list[str]] = {}
     for key in store.list(keys.JOBS_PREFIX):
         job_id = keys.job_of_attempt_key(key) or (outputs.get(key) if results else None)
@@ -249,7 +264,7 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
     """
     stored = stored_job(store, job_id)
     if spec_hash(stored) != spec_hash(job):
-        changed = _changed_fields(stored.model_dump(mode="json"), job.model_dump(mode="json"))
+        changed = _changed_fields(_computed(stored), _computed(job))
         raise ConfigError(
             f"job {job_id!r} was started from a different job file ({', '.join(changed[:4])} differ); "
             "resume it with the same file, or start a new job"

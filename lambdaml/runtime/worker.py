@@ -29,16 +29,17 @@ from lambdaml.comm.trial import PatternTrial
 from lambdaml.config import JobSpec
 from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
-from lambdaml.data.shards import load_test, load_worker_data, read_manifest
+from lambdaml.data.shards import Manifest, load_test, load_worker_data, read_manifest
 from lambdaml.errors import Diverged
 from lambdaml.models import MODELS
+from lambdaml.models.card import ModelCard, bundle_hash
 from lambdaml.runtime import checkpoint as ckpt
 from lambdaml.runtime.checkpoint import Position
 from lambdaml.runtime.heap import keep_freed_buffers
 from lambdaml.runtime.heartbeat import EpochCallback
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import Accuracy, AsyncStats, Continuation, Memory, Times, Traffic, WorkerReport
-from lambdaml.storage import open_storage
+from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,9 @@ def _run_worker(
     if rank == 0:
         model_key = keys.job_model(job_id)
         check_finite(params, rank, "model")
-        store.put(model_key, codec.encode_bundle({"params": params}))
+        bundle = codec.encode_bundle({"params": params})
+        store.put(model_key, bundle)
+        put_json(store, keys.job_model_card(job_id), model_card(job, job_id, manifest, bundle, len(params)).to_json())
         model_uri = f"s3://{job.storage.bucket}/{model_key}"
         test = load_test(store, manifest)
         if test is not None:
@@ -347,6 +350,23 @@ def _run_worker(
         pattern=channel_comm.pattern_name if channel_comm else None,
         predicted_round_s=plan.predictions.get(channel_comm.pattern_name) if plan and channel_comm else None,
         trial_round_s=channel_comm.trial_round_s if channel_comm else None,
+    )
+
+
+def model_card(job: JobSpec, job_id: str, manifest: Manifest, bundle: bytes, n_params: int) -> ModelCard:
+    """What rank 0's model bundle is: enough to use it without the dataset (lambdaml.trained)."""
+    return ModelCard(
+        job_id=job_id,
+        model=job.model.model_dump(mode="json"),
+        n_features=manifest.n_features,
+        n_classes=manifest.n_classes,
+        label_values=manifest.label_values,
+        sample_shape=manifest.sample_shape,
+        data_format=manifest.format,
+        dataset=manifest.name,
+        dataset_version=manifest.dataset_version,
+        n_params=n_params,
+        bundle_sha256=bundle_hash(bundle),
     )
 
 

@@ -1,0 +1,60 @@
+"""Torch models out as their ``nn.Module`` and safetensors weights; any model's flat parameters as NPZ.
+
+safetensors holds named tensors and nothing executable, so loading it runs no code (unlike a
+pickled ``torch.save``). ``to_torch`` rebuilds the job's architecture and loads the weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lambdaml.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from lambdaml.trained.model import TrainedModel
+
+
+def to_torch(trained: TrainedModel) -> Any:
+    """The job's ``nn.Module`` with the trained weights, in eval mode."""
+    if not trained.is_torch:
+        raise ConfigError(f"model {trained.name!r} is a numpy model: use to_sklearn() or to_onnx()")
+    import torch
+    from torch.nn.utils import vector_to_parameters
+
+    module = trained.model.module  # type: ignore[attr-defined]
+    vector_to_parameters(torch.tensor(trained.params, dtype=torch.float32), module.parameters())
+    return module.eval()
+
+
+def write_safetensors(trained: TrainedModel, path: Path) -> Path:
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise ConfigError("safetensors export needs: pip install safetensors") from None
+    module = to_torch(trained)
+    tensors = {name: tensor.detach().contiguous() for name, tensor in module.state_dict().items()}
+    metadata = {"lambdaml.model": trained.name, "lambdaml.job_id": trained.job_id}
+    return _written(path, lambda: save_file(tensors, str(path), metadata=metadata))
+
+
+def write_npz(trained: TrainedModel, path: Path) -> Path:
+    """The flat parameter vector and what it is: ``params``, ``n_features``, ``classes`` (numpy's own format)."""
+    arrays: dict[str, Any] = {"params": np.asarray(trained.params), "n_features": np.array(trained.n_features)}
+    if trained.supervised:
+        arrays["classes"] = trained.classes_
+    return _written(path, lambda: np.savez(path, **arrays))
+
+
+def _written(path: Path, write: Any) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write()
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+__all__ = ["to_torch", "write_npz", "write_safetensors"]
