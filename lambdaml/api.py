@@ -1,0 +1,141 @@
+"""The Python API: ``lambdaml.train`` and ``lambdaml.load_model``, for notebooks and scripts.
+
+The job file, the command line and this module are three doors into one path: each builds a
+``JobSpec`` and hands it to the driver, which runs it on a backend of this machine or on a
+stack's Lambda functions and returns its ``JobResult``. ``lambdaml train`` is a thin layer
+over ``job_and_backend`` and ``lambdaml.driver``, as ``train`` here is.
+
+Local workers are separate processes started by ``spawn``: a script that trains must guard its
+entry point with ``if __name__ == "__main__":`` (a notebook needs nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lambdaml.backends import Backend, JobEvent
+from lambdaml.channels import Channel
+from lambdaml.config import JobSpec, StorageSpec, parse_job, read_job_file
+from lambdaml.errors import ConfigError
+from lambdaml.runtime.reports import JobResult
+from lambdaml.trained import TrainedModel
+from lambdaml.trained import load_model as _load_model
+
+#: A job as the API takes it: a job file's path, its content as a dict, or a JobSpec.
+JobSource = str | Path | Mapping[str, Any] | JobSpec
+
+#: Called as each epoch ends on rank 0: (epoch, loss, elapsed seconds).
+EpochHook = Callable[[int, float, float], None]
+
+
+def job_and_backend(
+    job: JobSource,
+    *,
+    backend: str = "local",
+    stack: str | None = None,
+    workers: int | None = None,
+    mlflow: str | None = None,
+) -> tuple[JobSpec, Backend]:
+    """The job with its overrides applied, and what runs it: a backend of this machine, or a stack."""
+    if isinstance(job, JobSpec):
+        data: Any = job.model_dump(mode="json")
+        source = f"job {job.name!r}"
+    elif isinstance(job, Mapping):
+        data, source = dict(job), "job"
+    else:
+        data, source = read_job_file(job), str(job)
+    overridden = [flag for flag, value in (("workers", workers), ("mlflow", mlflow)) if value is not None]
+    if overridden and not isinstance(data, dict):
+        return parse_job(data, source), _never()  # parse_job reports the shape error
+    if workers is not None:
+        data = {**data, "workers": workers}
+    if mlflow is not None:
+        data = {**data, "tracking": {**dict(data.get("tracking") or {}), "mlflow": mlflow}}
+    if overridden:
+        source = f"{source} with {', '.join(f'--{flag}' for flag in overridden)}"
+    if stack is not None:
+        from lambdaml.backends.stack import StackBackend, bind, resolve_stack
+
+        found = resolve_stack(stack)
+        return bind(data, found, source), StackBackend(found)
+    from lambdaml.driver import backend_for
+
+    spec = parse_job(data, source)
+    return spec, backend_for(backend, spec)
+
+
+def _never() -> Backend:
+    raise ConfigError("a job must be a mapping of its parts")  # not reached: parse_job raised first
+
+
+def train(
+    job: JobSource,
+    *,
+    backend: str = "local",
+    stack: str | None = None,
+    workers: int | None = None,
+    job_id: str | None = None,
+    resume: str | None = None,
+    mlflow: str | None = None,
+    results_dir: str | Path | None = None,
+    on_epoch: EpochHook | None = None,
+) -> JobResult:
+    """Run a job to its end and return its result (the model's location, loss curve, time and cost).
+
+    ``backend``: ``local`` (worker processes, as Lambda would run them) or ``iaas-local``
+    (torchrun and gloo); ``stack``: run on that deployed (or ``lambdaml local up``) stack's
+    Lambda functions instead. ``resume`` continues an interrupted job by its id. ``mlflow``
+    logs the run to that tracking URI. The result is also written to ``results_dir`` if given.
+    """
+    from lambdaml.driver import run_job
+    from lambdaml.runtime.start import new_job_id
+
+    if resume is not None and job_id is not None and resume != job_id:
+        raise ConfigError("resume names the job to continue; it takes no other job_id")
+    spec, runner = job_and_backend(job, backend=backend, stack=stack, workers=workers, mlflow=mlflow)
+
+    def on_event(event: JobEvent) -> None:
+        if on_epoch is not None and event.rank == 0:
+            on_epoch(event.epoch, event.loss, event.elapsed_s)
+
+    return run_job(
+        spec,
+        job_id=resume or job_id or new_job_id(spec.name),
+        backend=runner,
+        resume=resume is not None,
+        on_event=on_event,
+        results_dir=results_dir,
+    )
+
+
+def storage_of(
+    *, stack: str | None = None, bucket: str | None = None, endpoint_url: str | None = None, region: str | None = None
+) -> StorageSpec:
+    """A data bucket: a stack's, or the one named (default: lambdaml-data on AWS)."""
+    if stack is not None:
+        from lambdaml.backends.stack import resolve_stack
+
+        found = resolve_stack(stack)
+        bucket, endpoint_url, region = found.output("DataBucketName"), found.endpoints.get("s3"), found.region
+    given = {"bucket": bucket, "endpoint_url": endpoint_url, "region": region}
+    return StorageSpec.model_validate({name: value for name, value in given.items() if value is not None})
+
+
+def load_model(
+    source: str | JobResult, *, storage: StorageSpec | Channel | None = None, stack: str | None = None
+) -> TrainedModel:
+    """A finished job's model: by job id, by its ``JobResult``, or by its ``s3://…/jobs/ID/model`` URI.
+
+    ``storage`` is the data bucket the job ran on (a JobResult knows its own); ``stack`` takes
+    that stack's data bucket.
+    """
+    if stack is not None:
+        if storage is not None:
+            raise ConfigError("give the data bucket as storage or as stack, not both")
+        storage = storage_of(stack=stack)
+    return _load_model(source, storage=storage)
+
+
+__all__ = ["EpochHook", "JobSource", "job_and_backend", "load_model", "storage_of", "train"]
