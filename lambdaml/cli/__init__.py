@@ -14,6 +14,7 @@ from lambdaml.cli.advice import _names, _number, _workload_from, cmd_advise, cmd
 from lambdaml.cli.data import _memory_limit, cmd_data
 from lambdaml.cli.demo import cmd_demo
 from lambdaml.cli.iaas import cmd_compare, cmd_iaas
+from lambdaml.cli.model import cmd_evaluate, cmd_export, cmd_predict
 from lambdaml.cli.output import (
     _accuracy_of,
     _print_advice,
@@ -56,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "compare": cmd_compare,
             "calibrate": cmd_calibrate,
             "advise": cmd_advise,
+            "predict": cmd_predict,
+            "evaluate": cmd_evaluate,
+            "export": cmd_export,
         }
         handler = handlers[args.command]
         return handler(args)
