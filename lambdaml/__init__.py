@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 _API = {
     "train": "lambdaml.api",
     "load_model": "lambdaml.api",
+    "prepare_dataset": "lambdaml.api",
     "TrainedModel": "lambdaml.trained.model",
     "JobResult": "lambdaml.runtime.reports",
     "Result": "lambdaml.runtime.reports",
@@ -25,7 +26,7 @@ _API = {
 }
 
 if TYPE_CHECKING:
-    from lambdaml.api import load_model, train
+    from lambdaml.api import load_model, prepare_dataset, train
     from lambdaml.config import JobSpec, StorageSpec
     from lambdaml.errors import LambdaMLError
     from lambdaml.runtime.reports import JobResult
@@ -49,5 +50,6 @@ __all__ = [
     "TrainedModel",
     "__version__",
     "load_model",
+    "prepare_dataset",
     "train",
 ]

@@ -4,20 +4,18 @@ The job file, the command line and this module are three doors into one path: ea
 ``JobSpec`` and hands it to the driver, which runs it on a backend of this machine or on a
 stack's Lambda functions and returns its ``JobResult``. ``lambdaml train`` is a thin layer
 over ``job_and_backend`` and ``lambdaml.driver``, as ``train`` here is.
-
-Local workers are separate processes started by ``spawn``: a script that trains must guard its
-entry point with ``if __name__ == "__main__":`` (a notebook needs nothing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lambdaml.backends import Backend, JobEvent
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job, read_job_file
+from lambdaml.data.shards import Manifest
 from lambdaml.errors import ConfigError
 from lambdaml.runtime.reports import JobResult
 from lambdaml.trained import TrainedModel
@@ -110,6 +108,47 @@ def train(
     )
 
 
+def prepare_dataset(
+    name: str,
+    input: str | Path | Sequence[str | Path],
+    *,
+    shards: int,
+    test: str | Path | None = None,
+    storage: StorageSpec | None = None,
+    stack: str | None = None,
+    format: str | None = None,
+    label: str | None = None,
+    features: Sequence[str] | None = None,
+    label_column: Literal["first", "last"] = "first",
+    sparse: bool = False,
+    test_fraction: float | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Manifest:
+    """Cut a data file (local or ``s3://``; LIBSVM, CSV, NPZ, Parquet) into shards in the data bucket.
+
+    ``test`` is a test file read with the train file's width, classes and columns; without it,
+    ``test_fraction`` of the rows (default 0.2) is held out. The same as ``lambdaml data prepare``.
+    """
+    from lambdaml.data.prepare import DatasetSource
+    from lambdaml.data.prepare import prepare_dataset as prepare
+
+    if stack is not None and storage is not None:
+        raise ConfigError("give the data bucket as storage or as stack, not both")
+    paths = (input,) if isinstance(input, str | Path) else tuple(input)
+    source = DatasetSource(
+        inputs=tuple(str(p) for p in paths),
+        format=format,
+        test=None if test is None else str(test),
+        label_column=label_column,
+        label=label,
+        features=None if features is None else tuple(features),
+        sparse=sparse,
+    )
+    where = storage if storage is not None else storage_of(stack=stack)
+    return prepare(where, name, source, shards=shards, test_fraction=test_fraction, seed=seed, overwrite=overwrite)
+
+
 def storage_of(
     *, stack: str | None = None, bucket: str | None = None, endpoint_url: str | None = None, region: str | None = None
 ) -> StorageSpec:
@@ -138,4 +177,4 @@ def load_model(
     return _load_model(source, storage=storage)
 
 
-__all__ = ["EpochHook", "JobSource", "job_and_backend", "load_model", "storage_of", "train"]
+__all__ = ["EpochHook", "JobSource", "job_and_backend", "load_model", "prepare_dataset", "storage_of", "train"]

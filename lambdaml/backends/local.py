@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +72,27 @@ def _worker_main(
         events.put(("done", rank, report))
 
 
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start workers without running the caller's main script again in each of them.
+
+    ``spawn`` re-imports the parent's ``__main__`` in every child, so a user's script (or a
+    program read from stdin) without an ``if __name__ == "__main__":`` guard would train again
+    in each worker, or fail to be found. A worker needs none of it, as a Lambda function never
+    sees the caller's program: with no ``__file__`` or ``__spec__`` on ``__main__`` while the
+    processes start, spawn sends nothing of it.
+    """
+    main = sys.modules["__main__"]
+    saved: dict[str, Any] = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 @dataclass
 class _Workers:
     workers: list[Any]
@@ -104,8 +127,9 @@ class LocalBackend(MachineBackend):
                 )
                 for r in range(job.workers)
             ]
-        for worker in workers:
-            worker.start()
+        with _main_module_hidden():
+            for worker in workers:
+                worker.start()
         return _Workers(workers, events)
 
     def stop(self, run: Run) -> None:
