@@ -25,6 +25,12 @@ MB = 1024 * 1024  # Lambda's "250 MB" is 262,144,000 bytes = 250 * 2**20
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 # What CPython's extension-module suffix names each Lambda architecture.
 EXTENSION_TAGS = {"x86_64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+#: Packages of the command-line environment (data prepare, exports, tracking, plots, the local
+#: stack): a worker never imports them, and none may reach the zip through a requirement.
+COMMAND_LINE_ONLY = (
+    "pyarrow", "onnx", "onnxruntime", "safetensors", "mlflow", "sklearn", "scipy", "pandas", "torch",
+    "matplotlib", "rich", "moto", "boto3",
+)  # fmt: skip
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -116,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                 message = f"check_zip_size: {logical_id}: {foreign[0]} is not built for {args.architecture}"
                 print(message, file=sys.stderr)
                 failed = True
+        foreign_packages = sorted(name for name in per_entry if name in COMMAND_LINE_ONLY)
+        if foreign_packages:
+            print(
+                f"check_zip_size: {logical_id}: {', '.join(foreign_packages)} belong to the command-line "
+                "environment, not the Lambda zip (functions/requirements.txt)",
+                file=sys.stderr,
+            )
+            failed = True
         largest = sorted(per_entry.items(), key=lambda kv: -kv[1])[:3]
         rows.append(
             (
@@ -132,8 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print(
+        f"command-line-only packages in the zip functions: none of {', '.join(COMMAND_LINE_ONLY)}" if not failed else ""
+    )
     if failed:
-        print("check_zip_size: a zip function is too big or built for another architecture", file=sys.stderr)
+        print(
+            "check_zip_size: a zip function is too big, built for another architecture or holds a command-line package",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

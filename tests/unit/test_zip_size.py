@@ -55,3 +55,16 @@ def test_a_function_over_the_limit_fails(tmp_path: Path) -> None:
     build = _build(tmp_path, "_umath.cpython-311-x86_64-linux-gnu.so", size=2 * 1024 * 1024)
     assert _check_zip_size().main(["--build-dir", str(build), "--limit-mb", "1"]) == 1
     assert _check_zip_size().main(["--build-dir", str(build), "--limit-mb", "3"]) == 0
+
+
+@pytest.mark.parametrize("package", ["pyarrow", "onnx", "mlflow", "sklearn"])
+def test_a_command_line_package_in_the_zip_fails(
+    tmp_path: Path, package: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build = _build(tmp_path, "_umath.cpython-311-x86_64-linux-gnu.so")
+    assert _check_zip_size().main(["--build-dir", str(build)]) == 0
+    assert "command-line-only packages in the zip functions: none" in capsys.readouterr().out
+    (build / "WorkerFunction" / package).mkdir()
+    (build / "WorkerFunction" / package / "__init__.py").write_text("")
+    assert _check_zip_size().main(["--build-dir", str(build)]) == 1
+    assert f"{package} belong to the command-line environment" in capsys.readouterr().err
