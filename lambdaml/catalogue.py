@@ -159,7 +159,7 @@ BACKENDS: Mapping[str, Plugin] = _index(
 
 #: Where ``data prepare`` takes a dataset's rows from: files in these formats, a generator, or a
 #: small dataset shipped in a package (the readers are lambdaml.data.prepare's and .builtin's).
-DATASET_FORMATS = ("libsvm", "csv", "npz", "cifar10")
+DATASET_FORMATS = ("libsvm", "csv", "npz", "parquet", "cifar10")
 SYNTHETIC_DATASETS = ("higgs", "rcv1")
 BUILTIN_DATASETS = ("digits", "breast_cancer", "mnist5k")
 

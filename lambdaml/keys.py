@@ -310,6 +310,7 @@ def is_s3_uri(text: str) -> bool:
 def split_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/path/key`` -> ``("bucket", "path/key")``; a URI without both is a ConfigError."""
     bucket, _, key = uri.removeprefix(S3_SCHEME).partition("/")
-    if not is_s3_uri(uri) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) or not key:
-        raise ConfigError(f"{brief(uri)} is not an S3 object URI (s3://BUCKET/KEY)")
+    valid_bucket = re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket)
+    if not is_s3_uri(uri) or not valid_bucket or not key or key.endswith("/"):
+        raise ConfigError(f"{brief(uri)} is not an S3 object: write s3://BUCKET/KEY")
     return bucket, key

@@ -84,13 +84,16 @@ def data_rm(args: argparse.Namespace) -> int:
 
 def data_prepare(args: argparse.Namespace) -> int:
     """Load or generate a dataset, cut it into shards and upload them with a manifest."""
-    from lambdaml.data.prepare import DatasetSource, check_options, prepare_dataset
+    from lambdaml.data.prepare import DatasetSource, check_options, prepare_dataset, split_fraction
 
     memory_limit = _memory_limit(args.memory_limit)
     source = DatasetSource(
         inputs=tuple(args.input or ()),
         format=args.format,
+        test=args.test,
         label_column=args.label_column,
+        label=args.label,
+        features=args.features,
         sparse=args.sparse,
         n_features=args.n_features,
         synthetic=args.synthetic,
@@ -99,14 +102,15 @@ def data_prepare(args: argparse.Namespace) -> int:
     )
     # Every argument is checked before a long load and before S3 is contacted: the name and split
     # first, then the storage options, then (in prepare_dataset) the source's.
-    check_options(args.name, shards=args.shards, test_fraction=args.test_fraction)
+    test_fraction = split_fraction(args.test_fraction, has_test=args.test is not None)
+    check_options(args.name, shards=args.shards, test_fraction=test_fraction)
     storage = _storage(args)
     manifest = prepare_dataset(
         storage,
         args.name,
         source,
         shards=args.shards,
-        test_fraction=args.test_fraction,
+        test_fraction=test_fraction,
         seed=args.seed,
         overwrite=args.overwrite,
         memory_limit=memory_limit,

@@ -7,9 +7,9 @@ command's options (``--shards``, ``--format`` ...), since that is where a user m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -18,17 +18,19 @@ from lambdaml import catalogue, keys
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec
-from lambdaml.data import formats, synthetic
+from lambdaml.data import formats, remote, synthetic, test_file
 from lambdaml.data.builtin import load_builtin
 from lambdaml.data.shards import Manifest, check_split
 from lambdaml.data.shards import prepare as write_shards
 from lambdaml.data.sparse import Features
 from lambdaml.errors import ConfigError
 
-#: File formats of ``inputs``; a first file's suffix picks csv or npz, anything else reads as LIBSVM.
+#: File formats of ``inputs``; a first file's suffix picks csv, npz or parquet, anything else reads as LIBSVM.
 FILE_FORMATS = catalogue.DATASET_FORMATS
 SYNTHETIC = catalogue.SYNTHETIC_DATASETS
-_SUFFIXES = {".csv": "csv", ".npz": "npz"}
+#: The share of a single input file held out for testing, unless told otherwise (none with a test file).
+DEFAULT_TEST_FRACTION = 0.2
+_SUFFIXES = {".csv": "csv", ".npz": "npz", ".parquet": "parquet"}
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -36,12 +38,16 @@ _INT32_MAX = int(np.iinfo(np.int32).max)
 class DatasetSource:
     """Where a dataset's rows come from: ``inputs`` (files), ``synthetic`` (a generator) or ``builtin``.
 
-    Exactly one of the three is set; the other fields say how to read or generate it.
+    Exactly one of the three is set; the other fields say how to read or generate it. A path
+    may be an ``s3://bucket/key`` (see ``lambdaml.data.remote``).
     """
 
     inputs: tuple[str, ...] = ()
     format: str | None = None  # of the inputs (FILE_FORMATS); None: from the first file's suffix
+    test: str | None = None  # a test file, read in the inputs' format with the train set's width, classes, columns
     label_column: Literal["first", "last"] = "first"  # CSV
+    label: str | None = None  # Parquet's label column (None: the one named "label")
+    features: tuple[str, ...] | None = None  # Parquet's feature columns (None: every other numeric one)
     sparse: bool = False  # keep LIBSVM data sparse (CSR shards)
     n_features: int | None = None  # LIBSVM width, or synthetic rcv1 columns
     synthetic: str | None = None  # SYNTHETIC
@@ -73,9 +79,35 @@ class DatasetSource:
             raise ConfigError(f"--n-features applies to LIBSVM input and --synthetic rcv1, not {fmt}")
         if self.synthetic and self.rows < 2:
             raise ConfigError("--rows must be at least 2")
+        if self.test is not None and not self.inputs:
+            raise ConfigError("--test applies to --input files")
+        if (self.label is not None or self.features is not None) and fmt != "parquet":
+            flag = "--label" if self.label is not None else "--features"
+            hint = " (CSV: --label-column)" if fmt == "csv" and self.label is not None else ""
+            raise ConfigError(f"{flag} applies to Parquet input, not {fmt}{hint}")
+        if self.features is not None:
+            if not self.features or not all(self.features):
+                raise ConfigError("--features takes column names separated by commas")
+            twice = next((c for i, c in enumerate(self.features) if c in self.features[:i]), None)
+            if twice is not None:
+                raise ConfigError(f"--features names column {twice!r} twice")
+        for path in (*self.inputs, *([self.test] if self.test else [])):
+            if keys.is_s3_uri(path):
+                keys.split_s3_uri(path)
         if len(self.inputs) > 1 and fmt != "cifar10":
             raise ConfigError(f"--input takes one {fmt} file; only --format cifar10 reads several")
         return fmt
+
+
+def split_fraction(test_fraction: float | None, *, has_test: bool) -> float:
+    """The share held out: none with a test file, else ``test_fraction`` (None: the default)."""
+    if has_test:
+        if test_fraction:
+            raise ConfigError(
+                "--test-fraction holds out part of a single --input file; with --test, the test file is the test split"
+            )
+        return 0.0
+    return DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
 
 
 def check_options(name: str, *, shards: int, test_fraction: float) -> None:
@@ -87,27 +119,84 @@ def check_options(name: str, *, shards: int, test_fraction: float) -> None:
         raise ConfigError(f"--test-fraction must be in [0, 1), not {test_fraction}")
 
 
+class _Rows(NamedTuple):
+    """What a file held: features, labels, a row's shape before flattening, and Parquet's columns read."""
+
+    X: Features
+    y: Array
+    sample_shape: list[int] | None = None
+    columns: formats.ParquetColumns | None = None
+
+
 def load_source(
     source: DatasetSource, *, seed: int = 0, memory_limit: int | None = None
 ) -> tuple[Features, Array, list[int] | None]:
-    """Read or generate the rows: features, labels and (for images) a row's shape before flattening."""
+    """Read or generate the rows: features, labels and (for images) a row's shape before flattening.
+
+    Local files only (``prepare_dataset`` fetches ``s3://`` ones first); the test file is not read.
+    """
+    X, y, sample_shape, _ = _load(source, seed=seed, memory_limit=memory_limit)
+    return X, y, sample_shape
+
+
+def _load(source: DatasetSource, *, seed: int, memory_limit: int | None) -> _Rows:
     fmt = source.check(memory_limit=memory_limit)
     if source.synthetic == "rcv1":
         X, y, _ = synthetic.rcv1_like(source.rows, features=source.n_features or synthetic.RCV1_FEATURES, seed=seed)
-        return X, y, None
+        return _Rows(X, y)
     if source.synthetic:
         dense, y, _ = synthetic.higgs_like(source.rows, seed=seed)
-        return dense, y, None
+        return _Rows(dense, y)
     if source.builtin:
-        return load_builtin(source.builtin)
+        return _Rows(*load_builtin(source.builtin))
+    return _read(source, fmt, source.inputs, memory_limit=memory_limit)
+
+
+def _read(
+    source: DatasetSource,
+    fmt: str,
+    paths: tuple[str, ...],
+    *,
+    memory_limit: int | None,
+    train: _Rows | None = None,
+) -> _Rows:
+    """Read input files; ``train`` given, they are the test file, read with the train set's width and columns."""
     if fmt == "cifar10":
-        return formats.load_cifar10_batches(source.inputs, memory_limit=memory_limit)
-    path = source.inputs[0]
+        return _Rows(*formats.load_cifar10_batches(paths, memory_limit=memory_limit))
+    path = paths[0]
     if fmt == "npz":
-        return formats.load_npz(path, memory_limit=memory_limit)
+        return _Rows(*formats.load_npz(path, memory_limit=memory_limit))
     if fmt == "csv":
-        return (*formats.load_csv(path, source.label_column, memory_limit=memory_limit), None)
-    return (*formats.load_libsvm(path, source.n_features, sparse=source.sparse, memory_limit=memory_limit), None)
+        return _Rows(*formats.load_csv(path, source.label_column, memory_limit=memory_limit))
+    if fmt == "parquet":
+        label, features = train.columns if train and train.columns else (source.label, source.features)
+        table = formats.load_parquet(path, label, features, memory_limit=memory_limit)
+        return _Rows(table[0], table[1], None, table[2])
+    width = int(train.X.shape[1]) if train else source.n_features
+    X, y = formats.load_libsvm(
+        path, width, sparse=source.sparse, memory_limit=memory_limit, width_source="the train set" if train else None
+    )
+    return _Rows(X, y)
+
+
+def _load_test(source: DatasetSource, fmt: str, train: _Rows, *, memory_limit: int | None) -> tuple[Features, Array]:
+    """Read ``source.test`` (a local file) as the train rows were read, and hold it to them.
+
+    It is refused, naming its line, column or row, where it has a feature beyond the train
+    set's width, other columns or row shape, or a label the train set lacks.
+    """
+    path = source.test
+    if path is None:
+        raise ConfigError("no --test file to read")
+    if fmt == "parquet" and train.columns is not None:
+        test_file.check_parquet_columns(path, train.columns, source.features)
+    rows = _read(source, fmt, (path,), memory_limit=memory_limit, train=train)
+    if fmt == "csv":
+        test_file.check_csv_columns(path, source.inputs[0], rows.X.shape[1], train.X.shape[1])
+    if fmt == "npz":
+        test_file.check_shape(path, *(r.sample_shape or [int(r.X.shape[1])] for r in (rows, train)))
+    test_file.check_labels(fmt, path, rows.y, train.y, memory_limit=memory_limit)
+    return rows.X, rows.y
 
 
 def prepare_dataset(
@@ -116,33 +205,52 @@ def prepare_dataset(
     source: DatasetSource,
     *,
     shards: int,
-    test_fraction: float = 0.2,
+    test_fraction: float | None = None,
     seed: int = 0,
     overwrite: bool = False,
     memory_limit: int | None = None,
 ) -> Manifest:
     """Load or generate a dataset, cut it into shards and upload them with a manifest, as a new version.
 
-    ``storage`` is opened (and its bucket created) only after the rows are read and the split
-    checked, so a bad file is reported even where storage cannot be reached. An existing
-    dataset is refused unless ``overwrite`` (jobs running on it keep their version).
+    ``test_fraction`` (default 0.2) of the rows is held out, unless ``source.test`` names a
+    test file, which is then the test split. ``s3://`` inputs are downloaded through the
+    storage's endpoint and credentials. ``storage`` is opened (and its bucket created) only
+    once every file is read and checked, and the split too, so a bad file is reported, with
+    nothing written, even where storage cannot be reached. An existing dataset is refused
+    unless ``overwrite`` (jobs running on it keep their version).
     """
-    check_options(name, shards=shards, test_fraction=test_fraction)
-    X, y, sample_shape = load_source(source, seed=seed, memory_limit=memory_limit)
-    check_split(len(y), shards, test_fraction)
+    fraction = split_fraction(test_fraction, has_test=source.test is not None)
+    check_options(name, shards=shards, test_fraction=fraction)
+    fmt = source.check(memory_limit=memory_limit)
+    wanted = (*source.inputs, *([source.test] if source.test else []))
+    with remote.local_files(wanted, storage) as local:
+        local_source = replace(
+            source, inputs=tuple(local[: len(source.inputs)]), test=local[-1] if source.test else None
+        )
+        train = _load(local_source, seed=seed, memory_limit=memory_limit)
+        test = _load_test(local_source, fmt, train, memory_limit=memory_limit) if source.test else None
+        check_split(len(train.y), shards, fraction)
     store = lambdaml.storage.open_storage(storage) if isinstance(storage, StorageSpec) else storage
     store.ensure()
     return write_shards(  # refuses an existing name unless overwrite, before any upload
         store,
         name,
-        X,
-        y,
+        train.X,
+        train.y,
         shards=shards,
-        test_fraction=test_fraction,
+        test_fraction=fraction,
         seed=seed,
-        sample_shape=sample_shape,
+        sample_shape=train.sample_shape,
         overwrite=overwrite,
+        test=test,
     )
 
 
-__all__ = ["DatasetSource", "check_options", "load_source", "prepare_dataset"]
+__all__ = [
+    "DEFAULT_TEST_FRACTION",
+    "DatasetSource",
+    "check_options",
+    "load_source",
+    "prepare_dataset",
+    "split_fraction",
+]

@@ -171,14 +171,37 @@ def normalize_labels(y: Array) -> tuple[Array, int, list[float] | None]:
     read as "all positive" or need every model to guess). More distinct values are classes
     when they are integers (at most ``MAX_CLASSES``); otherwise the labels are kept as they are.
     """
-    values, inverse = np.unique(y, return_inverse=True)
-    integral = bool(np.all(values == np.round(values)))
-    if len(values) > 2 and not (integral and len(values) <= MAX_CLASSES):
-        return y, len(values), None
-    classes = inverse.reshape(-1).astype(np.float32)
+    values = class_values(y)
+    if values is None:
+        return y, len(np.unique(y)), None
+    classes = to_classes(y, values)
     same = len(values) > 2 and np.array_equal(values, np.arange(len(values)))
     same = same or (len(values) <= 2 and bool(np.all(np.isin(values, (0.0, 1.0)))) and values[0] == 0)
     return classes, max(len(values), 2), None if same else [float(v) for v in values]
+
+
+def class_values(y: Array) -> Array | None:
+    """The distinct labels, sorted, when they are classes (see normalize_labels); None when kept as they are."""
+    values = np.unique(y)
+    integral = bool(np.all(values == np.round(values)))
+    if len(values) > 2 and not (integral and len(values) <= MAX_CLASSES):
+        return None
+    return values
+
+
+def first_foreign_label(y: Array, values: Array) -> int | None:
+    """The first row whose label is not one of ``values`` (sorted), or None."""
+    at = np.minimum(np.searchsorted(values, y), len(values) - 1)
+    foreign = np.flatnonzero(values[at] != y)
+    return int(foreign[0]) if foreign.size else None
+
+
+def to_classes(y: Array, values: Array) -> Array:
+    """Labels as their index in ``values`` (sorted): a test set's in the train set's classes."""
+    row = first_foreign_label(y, values)
+    if row is not None:
+        raise DataError(f"test row {row} has label {float(y[row]):g}, which the train set lacks")
+    return np.searchsorted(values, y).astype(np.float32)
 
 
 def prepare(
@@ -192,30 +215,43 @@ def prepare(
     seed: int = 0,
     sample_shape: list[int] | None = None,
     overwrite: bool = False,
+    test: tuple[Features, Array] | None = None,
 ) -> Manifest:
     """Shuffle, hold out a test split, cut the rest into shards and upload them as a new version.
 
-    ``X`` is a dense 2-D array or a CSRMatrix (stored as CSR shards). Every shard and the
-    manifest are written before ``current.json`` points at the version; an existing
-    dataset is replaced only with ``overwrite``, and its previous version is kept for jobs
-    still running on it (older ones are deleted).
+    ``X`` is a dense 2-D array or a CSRMatrix (stored as CSR shards). ``test`` is a separate
+    test set (``data prepare --test``): then every row of ``X`` is a training row
+    (``test_fraction`` must be 0), and the test split is ``test``'s rows in their order, its
+    labels in the classes of ``y``. Every shard and the manifest are written before
+    ``current.json`` points at the version; an existing dataset is replaced only with
+    ``overwrite``, and its previous version is kept for jobs still running on it (older ones
+    are deleted).
     """
     keys.check_name(name, "dataset name")
     check_absent(store, name, overwrite=overwrite)
     y = np.asarray(y)
     if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
         raise DataError(f"features {X.shape} and labels {y.shape} do not match")
+    if test is not None and test_fraction:
+        raise DataError(f"a separate test set and a test fraction of {test_fraction}: hold out one or the other")
     n_test = check_split(len(y), shards, test_fraction)
+    values = class_values(y) if test is not None else None  # the train set's classes, for the test set's labels
     y, n_classes, label_values = normalize_labels(y)
     order = np.random.default_rng(seed).permutation(len(y))
-    test, train = order[:n_test], order[n_test:]
-    if isinstance(X, CSRMatrix):
-        X.validate()
-        fmt = "csr"
-    else:
-        X = np.ascontiguousarray(X, dtype=np.float32)
-        fmt = "dense"
+    train = order[n_test:]
+    X = _stored(X)
+    held_X, held_y, held_rows = X, y, order[:n_test]
+    if test is not None:
+        held_X, held_y = _stored(test[0]), np.asarray(test[1])
+        if held_X.ndim != 2 or held_y.ndim != 1 or len(held_X) != len(held_y):
+            raise DataError(f"test features {held_X.shape} and labels {held_y.shape} do not match")
+        if held_X.shape[1] != X.shape[1] or isinstance(held_X, CSRMatrix) != isinstance(X, CSRMatrix):
+            raise DataError(f"the test set's {held_X.shape[1]} features are not the train set's {X.shape[1]}")
+        held_y = held_y if values is None else to_classes(held_y, values)
+        held_rows = np.arange(len(held_y))
+    fmt = "csr" if isinstance(X, CSRMatrix) else "dense"
     y = np.ascontiguousarray(y, dtype=np.float32)
+    held_y = np.ascontiguousarray(held_y, dtype=np.float32)
     version = new_version_id()
     pieces = np.array_split(train, shards)
     sizes: list[int] = []
@@ -225,9 +261,9 @@ def prepare(
         store.put(keys.dataset_shard(name, version, index), shard)
         sizes.append(len(shard))
         hashes.append(content_hash(shard))
-    test_bytes, test_hash = 0, ""
+    n_test, test_bytes, test_hash = len(held_rows), 0, ""
     if n_test:
-        held_out = _encode_rows(X, y, test)
+        held_out = _encode_rows(held_X, held_y, held_rows)
         store.put(keys.dataset_test(name, version), held_out)
         test_bytes, test_hash = len(held_out), content_hash(held_out)
     manifest = Manifest(
@@ -257,6 +293,14 @@ def prepare(
     _prune(store, name, keep={version, previous})
     log.info("prepared %s dataset %s version %s: %d shards, %d test rows", fmt, name, version, shards, n_test)
     return manifest
+
+
+def _stored(X: Features) -> Features:
+    """Rows as shards hold them: a checked CSRMatrix, or contiguous float32."""
+    if isinstance(X, CSRMatrix):
+        X.validate()
+        return X
+    return np.ascontiguousarray(X, dtype=np.float32)
 
 
 def content_hash(data: bytes) -> str:

@@ -35,10 +35,7 @@ def load_csv(
     """
     path = Path(path)
     limit = resolve_limit(memory_limit)
-    lines = [(lineno, line) for lineno, line in enumerate(read_lines(path, limit), start=1) if line.strip()]
-    header = lines[0] if lines and _is_header(lines[0][1]) else None
-    if header is not None:
-        lines = lines[1:]
+    header, lines = _data_lines(path, limit)
     if not lines:
         if header is not None:
             raise DataError(
@@ -67,6 +64,33 @@ def load_csv(
     if label_column == "first":
         return data[:, 1:].astype(np.float32), data[:, 0].astype(np.float32)
     return data[:, :-1].astype(np.float32), data[:, -1].astype(np.float32)
+
+
+def csv_header(path: str | Path) -> list[str] | None:
+    """The names in the header line of a CSV file load_csv read (spaces around them dropped), or None.
+
+    Reads up to the first line that is not blank, not the whole file.
+    """
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read dataset file {str(path)!r}: {exc}") from None
+    return [name.strip() for name in first.split(",")] if first and _is_header(first) else None
+
+
+def line_of_row(path: str | Path, row: int, *, memory_limit: int | None = None) -> int:
+    """The line of data row ``row`` (from 0) of a file load_csv read."""
+    _, lines = _data_lines(Path(path), resolve_limit(memory_limit))
+    return lines[row][0]
+
+
+def _data_lines(path: Path, limit: int) -> tuple[tuple[int, str] | None, list[tuple[int, str]]]:
+    """The header line, if any, and the data lines, each with its line number; blank lines skipped."""
+    lines = [(lineno, line) for lineno, line in enumerate(read_lines(path, limit), start=1) if line.strip()]
+    if lines and _is_header(lines[0][1]):
+        return lines[0], lines[1:]
+    return None, lines
 
 
 def _check_csv_range(path: Path, data: Array, lines: list[tuple[int, str]]) -> None:

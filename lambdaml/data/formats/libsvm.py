@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from array import array
 from pathlib import Path
@@ -53,17 +54,33 @@ def load_libsvm(
     sparse: Literal[False] = False,
     *,
     memory_limit: int | None = None,
+    width_source: str | None = None,
 ) -> tuple[Array, Array]: ...
 @overload
 def load_libsvm(
-    path: str | Path, n_features: int | None = None, *, sparse: Literal[True], memory_limit: int | None = None
+    path: str | Path,
+    n_features: int | None = None,
+    *,
+    sparse: Literal[True],
+    memory_limit: int | None = None,
+    width_source: str | None = None,
 ) -> tuple[CSRMatrix, Array]: ...
 @overload
 def load_libsvm(
-    path: str | Path, n_features: int | None = None, sparse: bool = False, *, memory_limit: int | None = None
+    path: str | Path,
+    n_features: int | None = None,
+    sparse: bool = False,
+    *,
+    memory_limit: int | None = None,
+    width_source: str | None = None,
 ) -> tuple[Array | CSRMatrix, Array]: ...
 def load_libsvm(
-    path: str | Path, n_features: int | None = None, sparse: bool = False, *, memory_limit: int | None = None
+    path: str | Path,
+    n_features: int | None = None,
+    sparse: bool = False,
+    *,
+    memory_limit: int | None = None,
+    width_source: str | None = None,
 ) -> tuple[Array | CSRMatrix, Array]:
     """Read a LIBSVM file (``label idx:value ...``, 1-based indices, in any order within a row).
 
@@ -79,6 +96,8 @@ def load_libsvm(
     width = n_features if n_features is not None else max_index
     where = f"{path}:{parsed.max_line}" if parsed.max_line else str(path)
     if max_index > width:
+        if width_source:
+            raise DataError(f"{where}: feature index {max_index} is beyond {width_source}'s {width} features")
         raise DataError(f"{where}: feature index {max_index} exceeds n_features={width}")
     if width > _MAX_LIBSVM_INDEX:
         raise DataError(f"{path}: {width} features is more than a CSR matrix holds")
@@ -98,6 +117,13 @@ def load_libsvm(
     dense = np.zeros(X.shape, dtype=np.float32)
     dense[X.row_ids(), X.indices] = X.data  # columns are unique per row here
     return dense, parsed.labels
+
+
+def line_of_row(path: str | Path, row: int, *, memory_limit: int | None = None) -> int:
+    """The line of data row ``row`` (from 0) of a file load_libsvm read: blank and comment lines skipped."""
+    lines = read_lines(Path(path), resolve_limit(memory_limit))
+    data = (n for n, line in enumerate(lines, start=1) if line.partition("#")[0].strip(" \t"))
+    return next(itertools.islice(data, row, None))
 
 
 def _parse_libsvm(path: Path, lines: list[str]) -> _Libsvm:
