@@ -337,6 +337,57 @@ class IaaSSpec(_Spec):
         return instance_type
 
 
+#: The tracking URI forms MLflow's client opens: a server, a local store, Databricks.
+_TRACKING_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+_TRACKING_HINT = (
+    "must be an MLflow tracking URI like http://127.0.0.1:5000, sqlite:///mlflow.db, file:///path/mlruns or databricks"
+)
+
+
+def check_tracking_uri(uri: str) -> str:
+    """An MLflow tracking URI: a known scheme, no credentials (the job file is stored with the job)."""
+    if uri == "databricks":  # the workspace of the default Databricks profile
+        return uri
+    if not uri or any(not c.isprintable() for c in uri):  # urlsplit drops tabs and newlines silently
+        raise ValueError(_TRACKING_HINT)
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 -- raises on a port out of range or not a number
+    except ValueError:
+        raise ValueError(_TRACKING_HINT) from None
+    scheme = parts.scheme.split("+")[0]  # postgresql+psycopg2://, mysql+pymysql://
+    if scheme not in _TRACKING_SCHEMES:
+        raise ValueError(_TRACKING_HINT)
+    if scheme in ("http", "https") and (
+        parts.query or parts.fragment or not _is_host(parts.hostname or "", parts.netloc.startswith("["))
+    ):  # a server is host[:port][/path]; a ?token= would be stored with the job
+        raise ValueError(_TRACKING_HINT)
+    return uri
+
+
+def _refuse_tracking_credentials(data: Any) -> Any:
+    # Before the field, as for endpoints: a field's error would echo its input, password and all.
+    if isinstance(data, dict) and isinstance(data.get("mlflow"), str) and _has_credentials(data["mlflow"]):
+        raise ValueError(
+            "mlflow: a tracking URI never carries credentials (the job file is stored with the job); "
+            "MLflow reads a server's from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+        )
+    return data
+
+
+class TrackingSpec(_Spec):
+    """Where a finished job is logged as a run; it changes nothing the job computes."""
+
+    mlflow: str | None = None  # an MLflow tracking URI; None: not tracked
+
+    @field_validator("mlflow")
+    @classmethod
+    def _uri(cls, uri: str | None) -> str | None:
+        return None if uri is None else check_tracking_uri(uri)
+
+    _no_credentials = model_validator(mode="before")(_refuse_tracking_credentials)
+
+
 class JobSpec(_Spec):
     """A whole training job, as written in a job file."""
 
@@ -350,6 +401,7 @@ class JobSpec(_Spec):
     sync: SyncSpec = SyncSpec()
     runtime: RuntimeSpec = RuntimeSpec()
     iaas: IaaSSpec = IaaSSpec()
+    tracking: TrackingSpec | None = None  # left out of the job's identity (records.spec_hash)
 
     @field_validator("name")
     @classmethod

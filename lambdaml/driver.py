@@ -1,17 +1,23 @@
 """The job driver: the one path every job takes, whatever runs its workers.
 
 A backend (local processes, torchrun, a stack) launches the job and waits for its result;
-the driver adds what is the same for all: the result file on disk.
+the driver adds what is the same for all: the result file on disk, and the job's MLflow run
+(``tracking.mlflow``), logged once the job has ended.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from lambdaml.backends import BACKENDS, Backend, EventCallback, Run
 from lambdaml.config import JobSpec
 from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.results import save_result
+from lambdaml.tracking import TrackedRun, require_tracker, track_run
+
+#: Told which MLflow run a tracked job was logged as (the command line prints it).
+TrackedCallback = Callable[[TrackedRun], None]
 
 
 def backend_for(name: str, job: JobSpec) -> Backend:
@@ -27,19 +33,31 @@ def run_job(
     on_event: EventCallback | None = None,
     results_dir: str | Path | None = "results",
     resume: bool = False,
+    on_tracked: TrackedCallback | None = None,
 ) -> JobResult:
     """Run a job to the end and return its result record (also in the data bucket, and on disk).
 
     Its state is recorded as it goes; a failure or an interrupt (Ctrl-C) of workers on this
     machine is recorded too, so ``--resume`` can continue the job from its checkpoints.
     """
+    require_tracker(job)  # a job that asks for MLflow fails here, before any worker starts
     runner = backend if isinstance(backend, Backend) else backend_for(backend, job)
     run = runner.launch(job, job_id=job_id, resume=resume)
-    return follow_job(runner, run, on_event=on_event, results_dir=results_dir)
+    return follow_job(runner, run, on_event=on_event, results_dir=results_dir, on_tracked=on_tracked)
 
 
 def follow_job(
-    backend: Backend, run: Run, *, on_event: EventCallback | None = None, results_dir: str | Path | None = "results"
+    backend: Backend,
+    run: Run,
+    *,
+    on_event: EventCallback | None = None,
+    results_dir: str | Path | None = "results",
+    on_tracked: TrackedCallback | None = None,
 ) -> JobResult:
-    """Follow a launched run (this process's, or one ``lambdaml attach`` found) to its result on disk."""
-    return save_result(backend.wait(run, on_event=on_event), results_dir)
+    """Follow a launched run (this process's, or one ``lambdaml attach`` found) to its result on disk,
+    then log it to MLflow if the job asks (a tracker's failure is a warning; the result stands)."""
+    result = save_result(backend.wait(run, on_event=on_event), results_dir)
+    tracked = track_run(run.job, result, storage=run.job.storage)
+    if tracked is not None and on_tracked is not None:
+        on_tracked(tracked)
+    return result

@@ -59,10 +59,7 @@ def _is_libsvm(path: str, fmt: str | None) -> bool:
 
 
 def _parquet_options(args: argparse.Namespace) -> dict[str, Any]:
-    from lambdaml.cli.parser import split_names
-
-    features = tuple(split_names(args.features)) if args.features is not None else None
-    return {"label": args.label, "features": features}
+    return {"label": args.label, "features": args.features}
 
 
 def _rows(args: argparse.Namespace, path: str, model: TrainedModel) -> tuple[Any, Array]:
@@ -86,7 +83,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ConfigError(f"--output {args.output}: write predictions to a .csv or .parquet file")
-    X, _ = _rows(args, args.input, model)
+    X, _ = _labelled_rows(args, args.input, model)
     header = ["prediction", *_probability_columns(model)]
     batches = _prediction_batches(model, X, args.batch_rows)
     rows = _write(out, header, batches)
@@ -113,29 +110,36 @@ def _prediction_batches(model: TrainedModel, X: Any, batch_rows: int) -> Iterato
 
 
 def _write(out: Path | None, header: list[str], batches: Iterator[list[Array]]) -> int:
-    """Write batches of columns as CSV (stdout without a file) or Parquet; return the rows written."""
-    if out is not None and out.suffix.lower() == ".parquet":
-        return _write_parquet(out, header, batches)
-    rows = 0
-    handle = sys.stdout if out is None else _open(out)
+    """Write batches of columns as CSV (stdout without a file) or Parquet; return the rows written.
+
+    A file is written beside its name and renamed when whole, so a failure leaves no half file.
+    """
+    if out is None:
+        return _write_csv(sys.stdout, header, batches)
+    partial = out.with_name(f".{out.name}.partial")
     try:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(header)
-        for columns in batches:
-            writer.writerows(zip(*(c.tolist() for c in columns), strict=True))
-            rows += len(columns[0])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() == ".parquet":
+            rows = _write_parquet(partial, header, batches)
+        else:
+            with partial.open("w", newline="") as handle:
+                rows = _write_csv(handle, header, batches)
+        partial.replace(out)
+    except OSError as exc:
+        raise DataError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
-        if out is not None:
-            handle.close()
+        partial.unlink(missing_ok=True)
     return rows
 
 
-def _open(out: Path) -> Any:
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return out.open("w", newline="")
-    except OSError as exc:
-        raise DataError(f"cannot write {out}: {exc.strerror or exc}") from None
+def _write_csv(handle: Any, header: list[str], batches: Iterator[list[Array]]) -> int:
+    rows = 0
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(header)
+    for columns in batches:
+        writer.writerows(zip(*(c.tolist() for c in columns), strict=True))
+        rows += len(columns[0])
+    return rows
 
 
 def _write_parquet(out: Path, header: list[str], batches: Iterator[list[Array]]) -> int:
@@ -150,12 +154,9 @@ def _write_parquet(out: Path, header: list[str], batches: Iterator[list[Array]])
         for columns in batches:
             table = pa.table(dict(zip(header, columns, strict=True)))
             if writer is None:
-                out.parent.mkdir(parents=True, exist_ok=True)
                 writer = pq.ParquetWriter(str(out), table.schema)
             writer.write_table(table)
             rows += table.num_rows
-    except OSError as exc:
-        raise DataError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
         if writer is not None:
             writer.close()
@@ -170,7 +171,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from lambdaml.trained.metrics import evaluate
 
     model = _model(args)
-    X, y = _test_rows(args, model)
+    X, y = _labelled_rows(args, args.test, model)
     report = evaluate(model, X, y)
     report["test"] = args.test
     if args.output == "json":
@@ -180,27 +181,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _test_rows(args: argparse.Namespace, model: TrainedModel) -> tuple[Any, Array]:
+def _labelled_rows(args: argparse.Namespace, test: str, model: TrainedModel) -> tuple[Any, Array]:
     """A data file's rows, or a prepared dataset's test split with its labels as the file named them."""
     from lambdaml import keys
 
-    test = args.test
     if keys.is_s3_uri(test) or Path(test).exists():
         return _rows(args, test, model)
     if args.format is not None:
-        raise ConfigError(f"--test {test}: no such file (--format applies to a file)")
+        raise ConfigError(f"{test}: no such file (--format applies to a file)")
     from lambdaml.data.shards import load_test, read_manifest
     from lambdaml.storage import open_storage
 
     try:
         keys.check_name(test, "dataset name")
     except ConfigError:
-        raise DataError(f"--test {test}: no such file, and not a dataset name") from None
+        raise DataError(f"{test}: no such file, and not a dataset name") from None
     store = open_storage(_storage(args))
     try:
         manifest = read_manifest(store, test)
     except DataError as exc:
-        raise DataError(f"--test {test}: no such file, and {exc}") from None
+        raise DataError(f"{test}: no such file, and {exc}") from None
     split = load_test(store, manifest)
     if split is None:
         raise DataError(f"dataset {test!r} has no test split (prepare it with --test FILE or --test-fraction)")
@@ -245,8 +245,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(commands: Any, storage_args: Any, output_args: Any) -> None:
-    """The three commands' arguments (called by lambdaml.cli.parser)."""
+def add_parsers(commands: Any, storage_args: Any, output_args: Any, columns: Any) -> None:
+    """The three commands' arguments (called by lambdaml.cli.parser, which passes its helpers in)."""
     from lambdaml import catalogue
     from lambdaml.trained.model import EXPORT_FORMATS
 
@@ -270,7 +270,10 @@ def add_parsers(commands: Any, storage_args: Any, output_args: Any) -> None:
 
     predict = model_command("predict", "predict labels (or clusters) of a data file's rows with a job's model")
     predict.add_argument(
-        "--input", required=True, metavar="FILE", help="rows in a format data prepare reads, local or s3://"
+        "--input",
+        required=True,
+        metavar="FILE|DATASET",
+        help="rows in a format data prepare reads (local or s3://), or a dataset name (its test split)",
     )
     predict.add_argument(
         "--output", default=None, metavar="FILE", help="predictions.csv or .parquet (default: CSV on stdout)"

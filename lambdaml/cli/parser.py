@@ -131,6 +131,11 @@ def _plot_arg(parser: argparse.ArgumentParser, what: str, name: str) -> None:
     parser.add_argument("--plot", nargs="?", type=_png, const=name, default=None, metavar="FILE.png", help=text)
 
 
+def _columns(text: str) -> tuple[str, ...]:
+    """``--features a,b,c``: column names, spaces around them dropped."""
+    return tuple(name.strip() for name in text.split(","))
+
+
 def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default="lambdaml-data", help="data bucket (default: %(default)s)")
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
@@ -161,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where workers run: local (FaaS-like processes), iaas-local (torchrun); default: %(default)s",
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
+    train.add_argument(
+        "--mlflow",
+        default=None,
+        metavar="URI",
+        help="log the finished job as an MLflow run at this tracking URI (overrides the job file's tracking.mlflow)",
+    )
     train.add_argument("--job-id", default=None, help="job id (default: NAME-TIMESTAMP-RANDOM); used once")
     train.add_argument(
         "--resume", default=None, metavar="JOB_ID", help="continue an interrupted job from its checkpoints"
@@ -279,18 +290,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     logs.add_argument("--json", dest="output", action="store_const", const="json", help="the same as --output json")
 
+    from lambdaml.cli.model import add_parsers as model_parsers
+
+    model_parsers(commands, _storage_args, _output_args, _columns)
+
     data_commands = commands.add_parser("data", help="datasets")
     data = data_commands.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
     prepare = data.add_parser("prepare", help="split a dataset into binary shards in S3")
     prepare.add_argument("name", help="dataset name")
     source = prepare.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input", nargs="+", metavar="FILE", help="dataset file (several for CIFAR-10 batches)")
+    source.add_argument(
+        "--input", nargs="+", metavar="FILE", help="dataset file or s3://BUCKET/KEY (several for CIFAR-10 batches)"
+    )
     source.add_argument("--synthetic", choices=catalogue.SYNTHETIC_DATASETS, help="generate a synthetic dataset")
     source.add_argument("--builtin", choices=catalogue.BUILTIN_DATASETS, help="a small dataset shipped in a package")
     prepare.add_argument(
         "--format", choices=catalogue.DATASET_FORMATS, default=None, help="default: from the file suffix"
     )
+    prepare.add_argument(
+        "--test",
+        metavar="FILE",
+        default=None,
+        help="a test file (or s3://...) in --input's format, read with the train set's features and labels",
+    )
     prepare.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
+    prepare.add_argument("--label", metavar="COLUMN", default=None, help="Parquet label column (default: 'label')")
+    prepare.add_argument(
+        "--features",
+        type=_columns,
+        metavar="COL,COL...",
+        default=None,
+        help="Parquet feature columns (default: every other column of numbers)",
+    )
     prepare.add_argument("--sparse", action="store_true", help="keep LIBSVM data sparse (CSR shards)")
     prepare.add_argument("--n-features", type=int, default=None, help="LIBSVM width / synthetic rcv1 columns")
     prepare.add_argument(
@@ -302,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--rows", type=int, default=100_000, help="rows of a synthetic dataset")
     prepare.add_argument("--shards", type=int, required=True, help="number of shards (a multiple of the workers)")
     prepare.add_argument(
-        "--test-fraction", type=float, default=0.2, help="share of rows held out for testing (default: %(default)s)"
+        "--test-fraction",
+        type=float,
+        default=None,
+        help="share of a single --input's rows held out for testing (default: 0.2; none with --test)",
     )
     prepare.add_argument("--seed", type=int, default=0, help="seed of the shuffle and of synthetic data (default: 0)")
     prepare.add_argument(

@@ -17,12 +17,14 @@ from lambdaml.errors import ConfigError, LambdaMLError
 if TYPE_CHECKING:
     from lambdaml.backends import JobEvent
     from lambdaml.runtime.reports import JobResult
+    from lambdaml.tracking import TrackedRun
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from lambdaml.config import load_job, parse_job, read_job_file
     from lambdaml.driver import backend_for
     from lambdaml.runtime.start import new_job_id
+    from lambdaml.tracking import require_tracker
 
     if args.resume and args.job_id and args.resume != args.job_id:
         raise ConfigError("--resume names the job to continue; it takes no other --job-id")
@@ -38,11 +40,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         job_file = read_job_file(args.job)
         if args.workers is not None and isinstance(job_file, dict):
             job_file["workers"] = args.workers
-        job, backend = bind(job_file, stack), StackBackend(stack)
+        if args.mlflow is not None and isinstance(job_file, dict):
+            job_file["tracking"] = {**(job_file.get("tracking") or {}), "mlflow": args.mlflow}
+        job = bind(job_file, stack)
+        require_tracker(job)  # before any worker starts, on every path: stack, detach, local
+        backend = StackBackend(stack)
     else:
         job = load_job(args.job)
         if args.workers is not None:
             job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
+        if args.mlflow is not None:
+            tracking = {**(job.tracking.model_dump() if job.tracking else {}), "mlflow": args.mlflow}
+            job = parse_job({**job.model_dump(mode="json"), "tracking": tracking}, f"{args.job} with --mlflow")
+        require_tracker(job)
         backend = backend_for(args.backend, job)
     job_id = job_id or new_job_id(job.name)
     if args.detach:
@@ -73,7 +83,9 @@ def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: a
         )
         return 130
     try:
-        result = follow_job(backend, run, on_event=epoch_printer(job), results_dir=args.results_dir)
+        result = follow_job(
+            backend, run, on_event=epoch_printer(job), results_dir=args.results_dir, on_tracked=tracked_printer
+        )
     except KeyboardInterrupt:
         return interrupted(backend, job_id, args)
     return report(result, args.output)
@@ -88,7 +100,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     run = backend.attach(args.job_id)
     announce(run.job, backend, args.job_id, "attached to")
     try:
-        result = follow_job(backend, run, on_event=epoch_printer(run.job), results_dir=args.results_dir)
+        result = follow_job(
+            backend, run, on_event=epoch_printer(run.job), results_dir=args.results_dir, on_tracked=tracked_printer
+        )
     except KeyboardInterrupt:
         return interrupted(backend, args.job_id, args)
     return report(result, args.output)
@@ -109,6 +123,8 @@ def detach(backend: Any, run: Any, args: argparse.Namespace) -> int:
     console.print(f"job {job_id} started in stack {args.stack} (attempt {run.attempt.number})")
     console.print(f"follow it with: {attach}")
     console.print(f"cancel it with: {cancel}")
+    if run.job.tracking is not None and run.job.tracking.mlflow is not None:  # logged by whoever follows it
+        console.print(f"its MLflow run is logged when {attach} follows it to its end")
     return 0
 
 
@@ -151,6 +167,11 @@ def announce(job: Any, backend: Any, job_id: str, verb: str) -> None:
     )
 
 
+def tracked_printer(run: TrackedRun) -> None:
+    """Which MLflow run a tracked job was logged as."""
+    progress.print(run.describe())
+
+
 def epoch_printer(job: Any) -> Callable[[JobEvent], None]:
     """Rank 0's epochs as they end: the loss is global, so one line per epoch."""
     epochs = job.algorithm.epochs
@@ -168,5 +189,11 @@ def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_
 
     announce(job, backend, job_id, "resuming" if resume else "job")
     return run_job(
-        job, job_id=job_id, backend=backend, resume=resume, on_event=epoch_printer(job), results_dir=results_dir
+        job,
+        job_id=job_id,
+        backend=backend,
+        resume=resume,
+        on_event=epoch_printer(job),
+        results_dir=results_dir,
+        on_tracked=tracked_printer,
     )

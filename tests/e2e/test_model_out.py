@@ -141,7 +141,9 @@ def check_model_out(
     return report
 
 
-def test_breast_cancer_lr_from_libsvm_files(folder: Path, storage: StorageSpec, services: Services) -> None:
+@pytest.fixture(scope="module")
+def breast_cancer(folder: Path, storage: StorageSpec, services: Services) -> tuple[str, Path, float]:
+    """The breast-cancer LR job: its id, its test file, and scikit-learn's accuracy on the same files."""
     from sklearn.linear_model import LogisticRegression
 
     data = sklearn_datasets.load_breast_cancer()
@@ -149,16 +151,84 @@ def test_breast_cancer_lr_from_libsvm_files(folder: Path, storage: StorageSpec, 
     X_train, y_train = read_libsvm(train_file, 30)
     X_test, y_test = read_libsvm(test_file, 30)
     reference = LogisticRegression(max_iter=1000).fit(X_train, y_train).score(X_test, y_test)
-
     job_id = train(job_file(folder, storage, services, "breast-cancer", {"name": "lr", "l2": 1e-3},
                             lr=0.5, batch_size=16, epochs=10))  # fmt: skip
+    return job_id, test_file, reference
+
+
+def test_breast_cancer_lr_from_libsvm_files(
+    folder: Path, storage: StorageSpec, breast_cancer: tuple[str, Path, float]
+) -> None:
+    job_id, test_file, reference = breast_cancer
     report = check_model_out(folder, storage, job_id, test_file, 30, reference=reference)
+    X_test, y_test = read_libsvm(test_file, 30)
     assert report["classes"] == [-1, 1]
     assert 0.9 <= report["roc_auc"] <= 1.0
     assert sum(map(sum, report["confusion"])) == len(y_test)
     model = load_model(job_id, storage=storage)
     proba = model.predict_proba(X_test)
     assert np.abs(model.to_sklearn().predict_proba(X_test.astype(np.float64)) - proba).max() < 1e-9
+    # The dataset's own test split (the same file, prepared) scores the same
+    again = json.loads(ok("evaluate", job_id, "--test", "breast-cancer", "--json", *storage_flags(storage)))
+    assert again["accuracy"] == report["accuracy"] and again["rows"] == report["rows"]
+
+
+def copy_job(
+    store: Any, job_id: str, new_id: str, *, bundle: bytes | None = None, card: dict[str, Any] | None = None
+) -> None:
+    """A succeeded job's records and model under another id, the bundle or card replaced if given."""
+    from lambdaml import keys
+
+    for key in (keys.job_status(job_id), keys.job_result(job_id), keys.job_model_card(job_id), keys.job_model(job_id)):
+        store.put(key.replace(job_id, new_id), store.get(key))
+    if bundle is not None:
+        store.put(keys.job_model(new_id), bundle)
+    card = {**json.loads(store.get(keys.job_model_card(job_id))), "job_id": new_id, **(card or {})}
+    store.put(keys.job_model_card(new_id), json.dumps(card).encode())
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from lambdaml.cli import main
+
+    capsys.readouterr()
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_a_model_that_cannot_be_right_is_refused_in_one_line(
+    folder: Path, storage: StorageSpec, breast_cancer: tuple[str, Path, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lambdaml import keys
+    from lambdaml.runtime.records import FAILED, set_status
+
+    job_id, test_file, _ = breast_cancer
+    store = open_storage(storage)
+    bundle = store.get(keys.job_model(job_id))
+    copy_job(store, job_id, f"{job_id}-x1", bundle=bundle[:-8] + b"\xff" * 8)
+    copy_job(store, job_id, f"{job_id}-x2", card={"format": 2})
+    copy_job(store, job_id, f"{job_id}-x3")
+    set_status(store, f"{job_id}-x3", 2, FAILED, error="worker 1 died")
+    wide = folder / "wide.csv"
+    wide.write_text("\n".join(",".join(["1"] * 32) for _ in range(3)) + "\n")  # a label and 31 features
+    foreign = folder / "foreign-labels.t"
+    foreign.write_text(test_file.read_text().replace("-1 ", "2 ", 1))
+    out = folder / "never.csv"
+    cases = [
+        (["evaluate", "no-such-job", "--test", str(test_file)], "no job 'no-such-job'"),
+        (["evaluate", f"{job_id}-x3", "--test", str(test_file)], "is failed, not succeeded"),
+        (["evaluate", f"{job_id}-x1", "--test", str(test_file)], "fails its checksum"),
+        (["export", f"{job_id}-x2", "--format", "onnx", "--out", str(folder / "x.onnx")], "newer than this LambdaML"),
+        (["predict", job_id, "--input", str(wide), "--output", str(out)], "31 features; the model was trained on 30"),
+        (["evaluate", job_id, "--test", str(foreign)], "label 2 is not one of the model's classes (-1, 1)"),
+        (["export", job_id, "--format", "safetensors", "--out", str(folder / "x.st")], "is a numpy model"),
+        (["predict", job_id, "--input", str(test_file), "--output", str(folder / "x.txt")], ".csv or .parquet"),
+    ]
+    for argv, fragment in cases:
+        code, err = run_cli([*argv, *storage_flags(storage)], capsys)
+        lines = err.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and fragment in lines[0], (argv, err)
+        assert "Traceback" not in err
+    assert not out.exists() and not list(folder.glob(".*.partial")) and not (folder / "x.onnx").exists()
 
 
 def test_digits_softmax_and_kmeans_from_libsvm_files(folder: Path, storage: StorageSpec, services: Services) -> None:
