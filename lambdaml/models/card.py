@@ -10,6 +10,7 @@ written by a newer LambdaML than the one reading it.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,16 +68,26 @@ class ModelCard:
         def count(value: object) -> bool:
             return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**62
 
+        for field in ("job_id", "dataset", "dataset_version"):
+            if not isinstance(getattr(self, field), str):
+                return f"{field} is {brief(getattr(self, field))}, expected a string"
         if not isinstance(self.model, dict) or not isinstance(self.model.get("name"), str):
             return f"model is {brief(self.model)}, expected a model spec with a name"
         if not (count(self.n_features) and count(self.n_classes) and count(self.n_params)):
             return "n_features, n_classes and n_params must be positive integers"
+        # Increasing and finite: a label is looked up among them by binary search.
         if self.label_values is not None and (
             not isinstance(self.label_values, list)
             or len(self.label_values) != self.n_classes
             or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in self.label_values)
+            or not all(math.isfinite(v) for v in self.label_values)
+            or any(a >= b for a, b in zip(self.label_values, self.label_values[1:], strict=False))
         ):
-            return f"label_values is {brief(self.label_values)}, expected one number per class"
+            return f"label_values is {brief(self.label_values)}, expected one increasing number per class"
+        if self.sample_shape is not None and (
+            not isinstance(self.sample_shape, list) or not self.sample_shape or not all(map(count, self.sample_shape))
+        ):
+            return f"sample_shape is {brief(self.sample_shape)}, expected positive integers"
         if self.data_format not in ("dense", "csr"):
             return f"data_format is {brief(self.data_format)}"
         if not (isinstance(self.bundle_sha256, str) and len(self.bundle_sha256) == 64):

@@ -18,15 +18,19 @@ from lambdaml.errors import DataError
 
 def as_features(X: Any, n_features: int, *, dense: bool) -> Features:
     """``X`` as float32 rows of ``n_features`` columns (CSR kept sparse unless ``dense``); DataError otherwise."""
+    columns: list[Any] | None = None  # a DataFrame's column names, for naming a bad value's column
     if isinstance(X, CSRMatrix):
         features: Features = X
     elif hasattr(X, "tocsr") and hasattr(X, "nnz"):  # scipy.sparse, without importing scipy
         csr = X.tocsr()
-        csr.sum_duplicates()
+        if not csr.has_canonical_format:  # sum_duplicates works in place: not on the caller's matrix
+            csr = csr.copy()
+            csr.sum_duplicates()
         features = CSRMatrix(csr.indptr, csr.indices, csr.data.astype(np.float32), csr.shape)
     else:
         if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # a pandas DataFrame
             _check_numeric_columns(X)
+            columns = list(X.columns)
             X = X.to_numpy(dtype=np.float64)
         try:
             array = np.asarray(X, dtype=np.float64)
@@ -44,8 +48,11 @@ def as_features(X: Any, n_features: int, *, dense: bool) -> Features:
         values: Array = features.data
     else:
         values = features
-        if not np.all(np.abs(values) <= np.finfo(np.float32).max):  # NaN fails this too
-            raise DataError("the input holds NaN, infinite or beyond-float32 values")
+        bad = ~(np.abs(values) <= np.finfo(np.float32).max)  # NaN is bad too
+        if bad.any():
+            row, column = (int(i) for i in np.argwhere(bad)[0])
+            where = f"row {row}, column {columns[column]!r}" if columns is not None else f"row {row}, column {column}"
+            raise DataError(f"the input holds NaN, infinite or beyond-float32 values (first at {where})")
         features = np.ascontiguousarray(values, dtype=np.float32)
     if isinstance(features, CSRMatrix) and not np.all(np.isfinite(values)):
         raise DataError("the input holds NaN or infinite values")

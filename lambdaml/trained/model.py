@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import ValidationError
 
+from lambdaml import catalogue
 from lambdaml.arrays import Array
 from lambdaml.config import ModelSpec
 from lambdaml.data.shards import Manifest
@@ -130,9 +132,9 @@ class TrainedModel:
         """Accuracy on ``(X, y)``; for KMeans, minus the summed squared distance to the nearest centroid."""
         features = self.features(X)
         if not self.supervised:
-            loss, _ = self.model.loss_grad_sum(self.params, features, np.zeros(len(features)))
+            loss, _ = self.model.loss_grad_sum(self.params, features, np.zeros(features.shape[0]))
             return -float(loss)
-        labels = self.class_indices(y)
+        labels = self._labels_of(features, y)
         return float(np.mean(self.model.predict(self.params, features) == labels))
 
     def class_indices(self, y: Any) -> Array:
@@ -152,8 +154,16 @@ class TrainedModel:
     def mean_loss(self, X: Any, y: Any) -> float:
         """The job's own loss (log loss, hinge, cross-entropy; KMeans: mean squared distance) on ``(X, y)``."""
         features = self.features(X)
-        labels = self.class_indices(y) if self.supervised else np.zeros(len(features))
+        labels = self._labels_of(features, y) if self.supervised else np.zeros(features.shape[0])
         return self.model.mean_loss(self.params, features, labels)
+
+    def _labels_of(self, features: Features, y: Any) -> Array:
+        """``y`` as class ids, one per row of ``features``: a single label would broadcast into a wrong score."""
+        labels = self.class_indices(y)
+        if len(labels) != features.shape[0]:
+            given = f"{len(labels)} label" + ("" if len(labels) == 1 else "s")
+            raise DataError(f"{given} for {features.shape[0]} rows: give one label per row")
+        return labels
 
     # --- exports ---------------------------------------------------------------------
 
@@ -195,8 +205,16 @@ class TrainedModel:
 
 
 def _build(card: ModelCard) -> Model:
-    """The job's model class, shaped as it was in training (one construction path: ``Model.build``)."""
-    spec = ModelSpec.model_validate(card.model)
+    """The job's model class, shaped as it was in training; a card describing no model we build is a DataError."""
+    what = f"the model card of job {card.job_id}"
+    try:
+        spec = ModelSpec.model_validate(card.model)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'model'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise DataError(f"{what} names a model this LambdaML does not build ({problems})") from None
     manifest = Manifest(
         name=card.dataset,
         n_features=card.n_features,
@@ -211,7 +229,14 @@ def _build(card: ModelCard) -> Model:
         format="dense",  # the rows a model is used on are checked per call (features())
         label_values=card.label_values,
     )
-    return MODELS.get(spec.name).build(spec, manifest)
+    info, model_class = catalogue.model(spec.name), MODELS.get(spec.name)  # torch missing: its install hint
+    try:
+        info.check_classes(card.dataset, card.n_classes)
+        if info.supervised and card.n_classes < 2:
+            raise ConfigError(f"model {spec.name!r} tells classes apart, but the card has only {card.n_classes}")
+        return model_class.build(spec, manifest)
+    except ConfigError as exc:  # a shape the model cannot take (sample_shape, classes)
+        raise DataError(f"{what} describes a model that cannot be built: {exc}") from None
 
 
 def _takes_csr(model: Model) -> bool:

@@ -6,6 +6,7 @@ pickled ``torch.save``). ``to_torch`` rebuilds the job's architecture and loads 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +19,17 @@ if TYPE_CHECKING:
 
 
 def to_torch(trained: TrainedModel) -> Any:
-    """The job's ``nn.Module`` with the trained weights, in eval mode."""
+    """The job's ``nn.Module`` with the trained weights, in eval mode: the caller's own copy.
+
+    A copy, because the model predicts through its module and loads its parameters into it on
+    each call: a shared module would lose the caller's fine-tuning to the next ``predict``.
+    """
     if not trained.is_torch:
         raise ConfigError(f"model {trained.name!r} is a numpy model: use to_sklearn() or to_onnx()")
     import torch
     from torch.nn.utils import vector_to_parameters
 
-    module = trained.model.module  # type: ignore[attr-defined]
+    module = copy.deepcopy(trained.model.module)  # type: ignore[attr-defined]
     vector_to_parameters(torch.tensor(trained.params, dtype=torch.float32), module.parameters())
     return module.eval()
 
@@ -45,7 +50,13 @@ def write_npz(trained: TrainedModel, path: Path) -> Path:
     arrays: dict[str, Any] = {"params": np.asarray(trained.params), "n_features": np.array(trained.n_features)}
     if trained.supervised:
         arrays["classes"] = trained.classes_
-    return _written(path, lambda: np.savez(path, **arrays))
+    # Through an open file: given a name, np.savez would write NAME.npz instead of the path asked for.
+    return _written(path, lambda: _savez(path, arrays))
+
+
+def _savez(path: Path, arrays: dict[str, Any]) -> None:
+    with path.open("wb") as out:
+        np.savez(out, **arrays)
 
 
 def _written(path: Path, write: Any) -> Path:
