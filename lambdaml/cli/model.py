@@ -11,6 +11,7 @@ import argparse
 import csv
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,9 @@ def _source(args: argparse.Namespace, path: str, model: TrainedModel) -> Any:
 
 
 def _is_libsvm(path: str, fmt: str | None) -> bool:
-    return (fmt or "libsvm") == "libsvm" and Path(path).suffix.lower() not in (".csv", ".npz", ".parquet")
+    from lambdaml.data.prepare import file_format
+
+    return file_format(path, fmt) == "libsvm"
 
 
 def _parquet_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,13 +86,39 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ConfigError(f"--output {args.output}: write predictions to a .csv or .parquet file")
-    X, _ = _labelled_rows(args, args.input, model)
     header = ["prediction", *_probability_columns(model)]
-    batches = _prediction_batches(model, X, args.batch_rows)
-    rows = _write(out, header, batches)
+    with _input_batches(args, model) as batches:
+        rows = _write(out, header, _prediction_batches(model, batches))
     if out is not None:
         console.print(f"{rows} predictions of job {model.job_id} ({model.name}) -> {out}")
     return 0
+
+
+@contextmanager
+def _input_batches(args: argparse.Namespace, model: TrainedModel) -> Iterator[Iterator[Any]]:
+    """The rows to predict, ``--batch-rows`` at a time: a Parquet table is streamed a record batch at a time
+    (its label column, if any, skipped); other formats are read as data prepare reads them."""
+    from lambdaml import keys
+    from lambdaml.data.prepare import file_format
+
+    path = args.input
+    is_file = keys.is_s3_uri(path) or Path(path).exists()
+    if is_file and file_format(path, args.format) == "parquet":
+        from lambdaml.data.formats import iter_parquet_features
+        from lambdaml.data.remote import local_files
+
+        with local_files([path], _storage(args)) as (local,):
+            yield _rebatched(iter_parquet_features(local, args.label, args.features), args.batch_rows)
+        return
+    X, _ = _labelled_rows(args, path, model)
+    yield (X[start : start + args.batch_rows] for start in range(0, X.shape[0], args.batch_rows))
+
+
+def _rebatched(parts: Iterator[Array], rows: int) -> Iterator[Array]:
+    """Record batches cut into pieces of at most ``rows`` rows."""
+    for part in parts:
+        for start in range(0, len(part), rows):
+            yield part[start : start + rows]
 
 
 def _probability_columns(model: TrainedModel) -> list[str]:
@@ -98,10 +127,9 @@ def _probability_columns(model: TrainedModel) -> list[str]:
     return [f"probability_{c}" for c in model.classes_]
 
 
-def _prediction_batches(model: TrainedModel, X: Any, batch_rows: int) -> Iterator[list[Array]]:
+def _prediction_batches(model: TrainedModel, batches: Iterator[Any]) -> Iterator[list[Array]]:
     with_probabilities = bool(_probability_columns(model))
-    for start in range(0, X.shape[0], batch_rows):
-        part = X[start : start + batch_rows]
+    for part in batches:
         columns = [model.predict(part)]
         if with_probabilities:
             probabilities = model.predict_proba(part)

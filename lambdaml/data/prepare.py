@@ -34,6 +34,11 @@ _SUFFIXES = {".csv": "csv", ".npz": "npz", ".parquet": "parquet"}
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
+def file_format(path: str, given: str | None = None) -> str:
+    """A file's format: the one given, else its suffix's (csv, npz, parquet), else LIBSVM."""
+    return given or _SUFFIXES.get(Path(path).suffix.lower(), "libsvm")
+
+
 @dataclass(frozen=True)
 class DatasetSource:
     """Where a dataset's rows come from: ``inputs`` (files), ``synthetic`` (a generator) or ``builtin``.
@@ -67,8 +72,7 @@ class DatasetSource:
             raise ConfigError("--format applies to --input files")
         if memory_limit is not None and not self.inputs:
             raise ConfigError("--memory-limit applies to --input files")
-        suffix = _SUFFIXES.get(Path(self.inputs[0]).suffix.lower()) if self.inputs else None
-        fmt = self.synthetic or self.builtin or self.format or suffix or "libsvm"
+        fmt = self.synthetic or self.builtin or (file_format(self.inputs[0], self.format) if self.inputs else "libsvm")
         if self.synthetic and fmt not in SYNTHETIC:
             raise ConfigError(f"unknown synthetic dataset {fmt!r}; known: {', '.join(SYNTHETIC)}")
         if self.inputs and fmt not in FILE_FORMATS:
@@ -250,6 +254,7 @@ __all__ = [
     "DEFAULT_TEST_FRACTION",
     "DatasetSource",
     "check_options",
+    "file_format",
     "load_source",
     "prepare_dataset",
     "split_fraction",

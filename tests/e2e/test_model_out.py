@@ -250,3 +250,26 @@ def test_digits_softmax_and_kmeans_from_libsvm_files(folder: Path, storage: Stor
     kmeans = train(job_file(folder, storage, services, "digits", {"name": "kmeans", "k": 10},
                             name="kmeans", epochs=5))  # fmt: skip
     check_model_out(folder, storage, kmeans, test_file, 64, reference=None)
+
+
+def test_predict_streams_a_parquet_table_into_parquet(
+    folder: Path, storage: StorageSpec, breast_cancer: tuple[str, Path, float]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    job_id, test_file, _ = breast_cancer
+    X_test, y_test = read_libsvm(test_file, 30)
+    table = pa.table({f"f{j}": X_test[:, j] for j in range(30)})
+    unlabelled, labelled = folder / "rows.parquet", folder / "labelled.parquet"
+    pq.write_table(table, unlabelled, row_group_size=40)  # 143 rows in 4 row groups
+    pq.write_table(table.append_column("label", pa.array(y_test)), labelled, row_group_size=40)
+    expected = load_model(job_id, storage=storage).predict(X_test)
+    for source in (unlabelled, labelled):
+        out = folder / f"{source.stem}-predictions.parquet"
+        said = ok("predict", job_id, "--input", str(source), "--output", str(out), "--batch-rows", "25",
+                  *storage_flags(storage))  # fmt: skip
+        assert f"{len(y_test)} predictions" in said
+        written = pq.read_table(out)
+        assert written.column_names == ["prediction", "probability_-1", "probability_1"]
+        assert np.array_equal(written.column("prediction").to_numpy(), expected)

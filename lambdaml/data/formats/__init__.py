@@ -19,7 +19,13 @@ from lambdaml.data.formats.common import FLOAT32_MAX, Loaded, default_memory_lim
 from lambdaml.data.formats.csv_text import csv_header, load_csv
 from lambdaml.data.formats.libsvm import load_libsvm
 from lambdaml.data.formats.npz import load_npz
-from lambdaml.data.formats.parquet import ParquetColumns, column_names, load_parquet, parquet_columns
+from lambdaml.data.formats.parquet import (
+    ParquetColumns,
+    column_names,
+    iter_parquet_features,
+    load_parquet,
+    parquet_columns,
+)
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -31,6 +37,7 @@ __all__ = [
     "csv_header",
     "default_memory_limit",
     "format_bytes",
+    "iter_parquet_features",
     "load_cifar10_batches",
     "load_csv",
     "load_libsvm",

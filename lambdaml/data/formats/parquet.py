@@ -125,6 +125,49 @@ def load_parquet(
     return X, y, columns
 
 
+def iter_parquet_features(
+    path: str | Path, label: str | None = None, features: Sequence[str] | None = None
+) -> Iterator[Array]:
+    """A table's feature columns as float32 rows, a record batch at a time (for prediction).
+
+    The columns are chosen as ``load_parquet`` chooses them, except that a table without a
+    label column (rows to predict) is fine: every numeric column is then a feature. Memory
+    stays about one row group, whatever the table's size.
+    """
+    path = Path(path)
+    with _opened(path) as table:
+        schema = table.schema_arrow
+        if label is not None or DEFAULT_LABEL in schema.names:
+            columns = _columns(path, schema, label, features, quiet=False).features
+        else:
+            columns = _unlabelled(path, schema, features)
+        done = 0
+        for batch in _batches(table, list(columns)):
+            X = np.empty((batch.num_rows, len(columns)), dtype=np.float32)
+            for j, name in enumerate(columns):
+                _fill(path, batch.column(name), name, X[:, j], done)
+            done += batch.num_rows
+            yield X
+
+
+def _unlabelled(path: Path, schema: Any, features: Sequence[str] | None) -> tuple[str, ...]:
+    """The feature columns of a table with no label: those named, or every numeric one."""
+    names = list(schema.names)
+    types = {name: schema.field(i).type for i, name in enumerate(names)}
+    if features is None:
+        chosen = tuple(n for n in names if _not_numeric(types[n]) is None)
+        if not chosen:
+            raise DataError(f"{path}: no column of numbers (columns: {_listing(names)})")
+        return chosen
+    for name in features:
+        if name not in types:
+            raise DataError(f"{path}: no column {brief(name)} for --features (columns: {_listing(names)})")
+        held = _not_numeric(types[name])
+        if held:
+            raise DataError(f"{path}: column {brief(name)} holds {held[0]}: {held[1]}, or leave it out of --features")
+    return tuple(features)
+
+
 def _batches(table: Any, columns: list[str]) -> Iterator[Any]:
     """The columns' record batches, one row group's reader at a time.
 
