@@ -67,11 +67,12 @@ def _parquet_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _rows(args: argparse.Namespace, path: str, model: TrainedModel) -> tuple[Any, Array]:
     """Every row of a data file (local or s3://) and its labels, as ``data prepare`` reads it."""
+    from lambdaml.cli.data import _memory_limit
     from lambdaml.data.prepare import load_source
     from lambdaml.data.remote import local_files
 
     with local_files([path], _storage(args)) as (local,):
-        X, y, _ = load_source(_source(args, local, model))
+        X, y, _ = load_source(_source(args, local, model), memory_limit=_memory_limit(args.memory_limit))
     return X, y
 
 
@@ -288,6 +289,12 @@ def add_parsers(commands: Any, storage_args: Any, output_args: Any, columns: Any
             "--format", choices=catalogue.DATASET_FORMATS, default=None, help="default: from the file suffix"
         )
         command.add_argument("--label-column", choices=["first", "last"], default="first", help="CSV label column")
+        command.add_argument(
+            "--memory-limit",
+            metavar="SIZE",
+            default=None,
+            help="refuse a text or NPZ file needing more memory than this (8G, 500M; default: half the RAM)",
+        )
         command.add_argument("--label", default=None, metavar="COLUMN", help="Parquet: the label column")
         command.add_argument(
             "--features",
