@@ -645,7 +645,7 @@ def test_uris_that_are_not_a_jobs_model_are_refused(data_store: tuple[StorageSpe
     for uri, message in [
         (f"s3://{storage.bucket}/jobs/x/result.json", "is not a job's model (s3://BUCKET/jobs/JOB_ID/model)"),
         (f"s3://{storage.bucket}/datasets/tm-cancer", "is not a job's model"),
-        ("s3://B/jobs/x/model", "is not an S3 object URI (s3://BUCKET/KEY)"),
+        ("s3://B/jobs/x/model", "is not an S3 object: write s3://BUCKET/KEY"),
     ]:
         with pytest.raises(ConfigError) as refused:
             load_model(uri, storage=storage)
