@@ -164,6 +164,25 @@ def check_absent(store: Channel, name: str, *, overwrite: bool) -> None:
         )
 
 
+#: More distinct labels than this, or any that is not an integer, look like a regression target.
+REGRESSION_HINT_VALUES = 100
+
+
+def _say_if_regression(name: str, y: Array) -> None:
+    """One warning when the labels look like a regression target: the classifiers here will refuse them."""
+    values = np.unique(y)
+    fractional = not bool(np.all(values == np.round(values)))
+    if (fractional and len(values) > 2) or len(values) > REGRESSION_HINT_VALUES:
+        kind = "non-integer values" if fractional else "values"
+        log.warning(
+            "dataset %s: its labels look like a regression target (%d distinct %s); LambdaML trains classifiers "
+            "and clusterings, which take class labels",
+            name,
+            len(values),
+            kind,
+        )
+
+
 def normalize_labels(y: Array) -> tuple[Array, int, list[float] | None]:
     """Labels as classes 0..C-1 in sorted order, the class count, and the original values if they differ.
 
@@ -236,6 +255,7 @@ def prepare(
         raise DataError(f"a separate test set and a test fraction of {test_fraction}: hold out one or the other")
     n_test = check_split(len(y), shards, test_fraction)
     values = class_values(y) if test is not None else None  # the train set's classes, for the test set's labels
+    _say_if_regression(name, y)
     y, n_classes, label_values = normalize_labels(y)
     order = np.random.default_rng(seed).permutation(len(y))
     train = order[n_test:]

@@ -10,7 +10,7 @@ import numpy as np
 from lambdaml import catalogue
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -94,6 +94,22 @@ class Model(ABC):
 
     def labels(self, y: Array) -> Array:
         return y
+
+
+def class_ids(y: Array, n_classes: int, model: str) -> Array:
+    """Labels as int64 class ids 0..n_classes-1: the one rule every classifier reads its labels by.
+
+    A label that is not one of those ids (2.5, -1, NaN, a regression target's 0.4) is a
+    DataError naming it: cast to an integer it would silently become another class.
+    """
+    y = np.asarray(y)
+    bad = ~np.isin(y, np.arange(n_classes))
+    if bad.any():
+        raise DataError(
+            f"model {model!r} needs class labels 0..{n_classes - 1}; found {float(y[bad][0]):g} "
+            f"({int(bad.sum())} of {len(y)} labels): are they a regression target?"
+        )
+    return y.astype(np.int64)
 
 
 def catalogue_name(model: Model) -> str:

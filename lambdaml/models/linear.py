@@ -13,7 +13,7 @@ import numpy as np
 
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
-from lambdaml.models.base import Model
+from lambdaml.models.base import Model, catalogue_name, class_ids
 
 
 class LinearModel(Model):
@@ -32,7 +32,11 @@ class LinearModel(Model):
         return np.zeros(self.n_params, dtype=np.float64)
 
     def labels(self, y: Array) -> Array:
-        return (y > 0).astype(np.float64)
+        """Class ids 0 and 1; a {-1, +1} file's labels are read as such, anything else refused (``class_ids``)."""
+        y = np.asarray(y)
+        if np.all((y == -1.0) | (y == 1.0)):
+            return (y > 0).astype(np.float64)
+        return class_ids(y, 2, catalogue_name(self)).astype(np.float64)
 
     def margin(self, params: Array, X: Features) -> Array:
         """``X @ w + b`` for every row (float64)."""

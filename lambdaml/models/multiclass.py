@@ -15,8 +15,8 @@ import numpy as np
 
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
-from lambdaml.errors import ConfigError, DataError
-from lambdaml.models.base import Model
+from lambdaml.errors import ConfigError
+from lambdaml.models.base import Model, class_ids
 
 if TYPE_CHECKING:
     from lambdaml.config import ModelSpec
@@ -52,14 +52,7 @@ class MulticlassLinearModel(Model):
 
     def classes(self, y: Array) -> Array:
         """Labels as int64 class ids, refusing non-integral or out-of-range ones with one line."""
-        y = np.asarray(y)
-        bad = ~np.isin(y, np.arange(self.n_classes))  # NaN, 2.5 and -1 alike
-        if bad.any():
-            raise DataError(
-                f"model {self.name!r} needs class labels 0..{self.n_classes - 1}; "
-                f"found {float(y[bad][0]):g} ({int(bad.sum())} of {len(y)} labels)"
-            )
-        return y.astype(np.int64)
+        return class_ids(y, self.n_classes, self.name)
 
     def labels(self, y: Array) -> Array:
         return self.classes(y).astype(np.float64)

@@ -29,7 +29,7 @@ from lambdaml import settings
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
 from lambdaml.errors import ConfigError, DataError
-from lambdaml.models.base import Model
+from lambdaml.models.base import Model, class_ids
 from lambdaml.models.multiclass import softmax_rows
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class TorchModel(Model):
         return parameters_to_vector(module.parameters()).detach().numpy().astype(np.float32, copy=True)
 
     def labels(self, y: Array) -> Array:
-        return np.asarray(y).astype(np.int64)
+        return class_ids(y, self.n_classes, self.name)
 
     def regularizer_grad(self, params: Array) -> Array:
         return self.l2 * params
@@ -240,12 +240,7 @@ class TorchModel(Model):
         return torch.from_numpy(X).reshape(len(X), *self.sample_shape)
 
     def _targets(self, y: Array) -> torch.Tensor:
-        t = self.labels(y)
-        if t.min() < 0 or t.max() >= self.n_classes:
-            raise DataError(
-                f"model {self.name!r} needs class ids 0..{self.n_classes - 1}; labels span {t.min()}..{t.max()}"
-            )
-        return torch.from_numpy(t)
+        return torch.from_numpy(self.labels(y))
 
 
 class MLP(TorchModel):
