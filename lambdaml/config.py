@@ -178,7 +178,8 @@ class ChannelSpec(_Spec):
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
     # Every value is bound to its key; "mac" also authenticates it with a per-job key, so a
     # party that can write the store cannot forge one. "auto": mac where the channel has no
-    # authentication of its own (redis and memcached without auth), bound elsewhere.
+    # authentication of its own (redis and memcached without auth, or with auth on a server that
+    # lets anonymous clients in: checked as a job starts), bound elsewhere.
     integrity: Literal["auto", "bound", "mac"] = "auto"
 
     _refuse = model_validator(mode="before")(_refuse_literal_secrets)

@@ -234,6 +234,15 @@ class Channel(ABC):
         with contextlib.suppress(KeyNotFound):
             self._get(K.comm_prefix("ping") + "probe")
 
+    def refuses_anonymous_clients(self) -> bool:
+        """Whether the server turns away a client that does not authenticate.
+
+        Only then does a channel's own authentication keep a forger out: a server with no
+        password set accepts any AUTH, so ``integrity: auto`` keeps the values' MAC unless this
+        holds (``lambdaml.runtime.start.job_secret``). Channels without a login of their own: False.
+        """
+        return False
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)

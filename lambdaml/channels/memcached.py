@@ -210,6 +210,21 @@ class MemcachedChannel(Channel):
     def describe(self) -> str:
         return f"memcached://{self.endpoint}"
 
+    def refuses_anonymous_clients(self) -> bool:
+        """A get on a fresh connection that does not log in: a server with -Y answers it with a CLIENT_ERROR."""
+        try:
+            with socket.create_connection(self.server, timeout=SOCKET_TIMEOUT_S) as sock:
+                sock.sendall(b"get lambdaml-anonymous-probe\r\n")
+                answer = b""
+                while b"\r\n" not in answer and len(answer) < 4096:
+                    part = sock.recv(4096)
+                    if not part:
+                        break
+                    answer += part
+        except OSError as exc:
+            raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint}: {exc}") from exc
+        return answer.startswith((b"CLIENT_ERROR", b"ERROR")) or not answer
+
     def _call(self, what: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """Run one client call, translating pymemcache and socket errors at the boundary."""
         try:

@@ -94,6 +94,25 @@ class RedisChannel(Channel):
         except rx.RedisError as exc:
             raise ChannelError(f"redis {what} failed at {self.endpoint}: {exc}") from exc
 
+    def refuses_anonymous_clients(self) -> bool:
+        """PING on a connection of the same endpoint (and TLS) that sends no AUTH: refused means required."""
+        pool = self.client.connection_pool
+        kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in ("username", "password")}
+        anonymous = redis_lib.Redis(connection_pool=redis_lib.ConnectionPool(pool.connection_class, **kwargs))
+        try:
+            anonymous.ping()
+        except rx.AuthenticationError:
+            return True
+        except rx.ResponseError as exc:  # "NOAUTH Authentication required", from servers that say it so
+            if "NOAUTH" in str(exc) or "auth" in str(exc).lower():
+                return True
+            raise ChannelError(f"redis at {self.endpoint} answered PING with: {exc}") from None
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
+            raise ChannelUnreachable(f"cannot reach redis at {self.endpoint}: {exc}") from exc
+        finally:
+            anonymous.close()
+        return False
+
     def _put(self, key: str, data: bytes) -> None:
         self._call(f"SET {key}", self.client.set, key, data)
 

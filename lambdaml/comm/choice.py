@@ -43,13 +43,16 @@ class PatternPlan:
     contenders: tuple[str, ...] = ()
 
 
-def pattern_for(job: JobSpec, vector_bytes: int) -> PatternPlan:
-    """The plan of the job's ranks for a collective of ``vector_bytes``."""
+def pattern_for(job: JobSpec, vector_bytes: int, *, authenticated: bool | None = None) -> PatternPlan:
+    """The plan of the job's ranks for a collective of ``vector_bytes``.
+
+    ``authenticated``: whether the values carry a MAC (the job's secret decides; None: its spec's).
+    """
     profile = _profile(os.environ.get(settings.ENV_PROFILE) or None)
     compressed = job.algorithm.compression_spec is not None
     choose = functools.partial(
         choose_pattern, profile, job.channel.kind, job.workers, vector_bytes,
-        authenticated=job.channel.authenticates_values,
+        authenticated=job.channel.authenticates_values if authenticated is None else authenticated,
     )  # fmt: skip
     try:
         if job.sync.pattern != AUTO:

@@ -6,6 +6,7 @@ processes and torchrun, the coordinator for Lambda.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import UTC, datetime
 
@@ -18,6 +19,8 @@ from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.results import clear_job_channel
 from lambdaml.storage import open_storage
+
+log = logging.getLogger(__name__)
 
 
 def new_job_id(name: str) -> str:
@@ -68,5 +71,21 @@ def begin(
 
 
 def job_secret(job: JobSpec) -> bytes | None:
-    """A fresh MAC key for the job's channel values where the channel asks for one (never stored)."""
-    return seal.new_secret() if job.channel.authenticates_values else None
+    """A fresh MAC key for the job's channel values where they need one (never stored).
+
+    Under ``integrity: auto`` a channel with ``auth`` goes without a MAC only when its server is
+    shown to turn away clients that do not authenticate: a Redis with no password set accepts any
+    AUTH, and anyone who reaches it could forge a value. Otherwise the MAC stays, said in one line.
+    """
+    spec = job.channel
+    if spec.integrity == "auto" and spec.auth is not None:
+        with open_channel(spec) as channel:
+            if channel.refuses_anonymous_clients():
+                return None
+            log.warning(
+                "%s lets in clients that do not authenticate, although channel.auth is set: the job's values "
+                "keep their MAC (set a password on the server, or integrity: mac to say so)",
+                channel.describe(),
+            )
+        return seal.new_secret()
+    return seal.new_secret() if spec.authenticates_values else None

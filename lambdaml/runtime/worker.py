@@ -181,7 +181,7 @@ def _run_worker(
     initial = model.init_params(job.algorithm.seed)
     plan: PatternPlan | None = None  # None: torch.distributed's own, on IaaS
     if comm is None:
-        plan = pattern_for(job, int(initial.nbytes))
+        plan = pattern_for(job, int(initial.nbytes), authenticated=secret is not None)
         # Every rank counts a trial's turns from its attempt's first round, wherever it resumes.
         trial = (
             PatternTrial(

@@ -20,10 +20,11 @@ import yaml
 
 from lambdaml import aws, cli, keys
 from lambdaml.channels import Channel, open_channel
-from lambdaml.config import ChannelSpec, StorageSpec
+from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.errors import ChannelUnavailable, ConfigError, LambdaMLError
 from lambdaml.local import services
+from lambdaml.runtime.start import job_secret
 from lambdaml.storage import get_json
 from tests.helpers import unique_name
 
@@ -236,3 +237,51 @@ def test_a_job_file_with_the_secret_itself_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="a secret never goes in the job file") as info:
         load_job(path)
     assert PASSWORD not in str(info.value)
+
+
+# --- integrity: auto keeps the MAC unless the server turns anonymous clients away ----------
+
+
+def job_on(channel: ChannelSpec) -> JobSpec:
+    return parse_job({"dataset": "unused", "channel": channel.model_dump()})
+
+
+def test_a_redis_with_no_password_keeps_the_mac_although_auth_is_set(
+    redis_port: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server with no password set accepts any AUTH: values without a MAC could be forged by anyone."""
+    monkeypatch.setenv(ENV, PASSWORD)
+    spec = ChannelSpec(kind="redis", port=redis_port, auth={"secret_env": ENV}, connect_timeout_s=2.0)
+    assert not spec.authenticates_values  # what the spec alone would say
+    with open_channel(spec) as channel:
+        assert not channel.refuses_anonymous_clients()
+    with caplog.at_level(logging.WARNING, logger="lambdaml.runtime.start"):
+        assert job_secret(job_on(spec)) is not None
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "lets in clients that do not authenticate" in said[0] and PASSWORD not in said[0]
+
+
+def test_a_redis_that_requires_auth_goes_without_the_mac(
+    secure_redis: int, certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(ENV, PASSWORD)
+    spec = redis_spec(secure_redis, certificate, secret_env=ENV)
+    with open_channel(spec) as channel:
+        assert channel.refuses_anonymous_clients()
+    with caplog.at_level(logging.WARNING):
+        assert job_secret(job_on(spec)) is None
+    assert not caplog.records
+    assert job_secret(job_on(spec.model_copy(update={"integrity": "mac"}))) is not None  # asked for: kept
+
+
+def test_memcached_anonymous_clients_probe(
+    secure_memcached: int, memcached_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, PASSWORD)
+    auth = {"secret_env": ENV, "username": "lambdaml"}
+    with open_channel(ChannelSpec(kind="memcached", port=secure_memcached, auth=auth)) as channel:
+        assert channel.refuses_anonymous_clients()
+    open_server = ChannelSpec(kind="memcached", port=memcached_port, auth=auth)
+    with open_channel(open_server) as channel:
+        assert not channel.refuses_anonymous_clients()
+    assert job_secret(job_on(open_server)) is not None
