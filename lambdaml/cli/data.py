@@ -103,7 +103,7 @@ def data_prepare(args: argparse.Namespace) -> int:
     # Every argument is checked before a long load and before S3 is contacted: the name and split
     # first, then the storage options, then (in prepare_dataset) the source's.
     test_fraction = split_fraction(args.test_fraction, has_test=args.test is not None)
-    check_options(args.name, shards=args.shards, test_fraction=test_fraction)
+    check_options(args.name, shards=args.shards, test_fraction=test_fraction, seed=args.seed)
     storage = _storage(args)
     manifest = prepare_dataset(
         storage,

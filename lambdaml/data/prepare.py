@@ -114,11 +114,17 @@ def split_fraction(test_fraction: float | None, *, has_test: bool) -> float:
     return DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
 
 
-def check_options(name: str, *, shards: int, test_fraction: float) -> None:
-    """The dataset's name and split, checked before anything else; ConfigError otherwise."""
+#: numpy's generators take seeds from 0 to 2**128 - 1; a job file's seed is at most 2**32 - 1.
+_MAX_SEED = 2**32 - 1
+
+
+def check_options(name: str, *, shards: int, test_fraction: float, seed: int = 0) -> None:
+    """The dataset's name, split and seed, checked before anything else; ConfigError otherwise."""
     keys.check_name(name, "dataset name")
     if shards < 1:
         raise ConfigError("--shards must be at least 1")
+    if not 0 <= seed <= _MAX_SEED:
+        raise ConfigError(f"--seed must be between 0 and {_MAX_SEED}, not {seed}")
     if not 0 <= test_fraction < 1:  # NaN fails this too
         raise ConfigError(f"--test-fraction must be in [0, 1), not {test_fraction}")
 
@@ -224,7 +230,7 @@ def prepare_dataset(
     unless ``overwrite`` (jobs running on it keep their version).
     """
     fraction = split_fraction(test_fraction, has_test=source.test is not None)
-    check_options(name, shards=shards, test_fraction=fraction)
+    check_options(name, shards=shards, test_fraction=fraction, seed=seed)
     fmt = source.check(memory_limit=memory_limit)
     wanted = (*source.inputs, *([source.test] if source.test else []))
     with remote.local_files(wanted, storage) as local:

@@ -251,6 +251,8 @@ def prepare(
     y = np.asarray(y)
     if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
         raise DataError(f"features {X.shape} and labels {y.shape} do not match")
+    if X.shape[1] == 0:
+        raise DataError(f"dataset {name!r} has no features: each row is only a label (a model needs at least one)")
     if test is not None and test_fraction:
         raise DataError(f"a separate test set and a test fraction of {test_fraction}: hold out one or the other")
     n_test = check_split(len(y), shards, test_fraction)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
 from lambdaml.cost import job_cost
 from lambdaml.data.shards import Manifest
-from lambdaml.errors import CodecError, LambdaMLError
+from lambdaml.errors import CodecError, ConfigError, LambdaMLError
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import (
     DatasetInfo,
@@ -42,13 +43,44 @@ def lambda_job_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -
     return job_cost(job.channel.kind, total_traffic(workers), billed(workers), wall_s, job.storage.region)
 
 
+def check_results_dir(results_dir: str | Path | None) -> None:
+    """Before a job starts: its result can be written to ``results_dir`` (made if missing); ConfigError otherwise.
+
+    Found only after training, an unwritable directory lost the local copy of a job the bucket
+    calls succeeded.
+    """
+    if results_dir is None:
+        return
+    folder = Path(results_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".lambdaml-write-check-"):
+            pass
+    except FileExistsError:
+        raise ConfigError(f"--results-dir {folder}: a file of that name is in the way, not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"--results-dir {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
 def save_result(result: JobResult, results_dir: str | Path | None) -> JobResult:
-    """Write the result record to ``results_dir/<job id>.json`` (if given) and note where."""
+    """Write the result record to ``results_dir/<job id>.json`` (if given) and note where.
+
+    Written beside its name and renamed when whole, so a full disk leaves no empty or cut file.
+    """
     if results_dir is None:
         return result
     path = Path(results_dir) / f"{result.job_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json(), indent=1))
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(result.to_json(), indent=1))
+        partial.replace(path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise LambdaMLError(
+            f"job {result.job_id} succeeded (its result and model are in the bucket: lambdaml status), but its "
+            f"result file could not be written to {path}: {exc.strerror or exc}"
+        ) from None
     return replace(result, result_path=str(path))
 
 

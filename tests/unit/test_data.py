@@ -155,7 +155,7 @@ def test_csv_missing_file(tmp_path: Path) -> None:
 def test_csv_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "d.csv"
     path.write_bytes(b"1,2\n\xff,3\n")
-    with pytest.raises(DataError, match="cannot read dataset file"):
+    with pytest.raises(DataError, match=r"d\.csv:2: byte 0xff is not UTF-8 text: save the file as UTF-8"):
         load_csv(path)
 
 

@@ -91,11 +91,71 @@ def is_non_finite_word(text: str) -> bool:
     return text.strip().lstrip("+-").lower() in _NON_FINITE_WORDS
 
 
+#: The longest line a text dataset may have: a dense row of 100,000 values fits many times over;
+#: a file with no line breaks (``/dev/zero``, a binary file) is refused after reading this much.
+MAX_LINE_BYTES = 16 * 2**20
+_CHUNK = 2**20
+_BOMS = {b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16", b"\xff\xfe\x00\x00": "UTF-32"}
+
+
 def read_lines(path: Path, limit: int) -> list[str]:
+    """A text file's lines, read a MiB at a time within ``limit`` bytes, whatever the file is.
+
+    A regular file bigger than the limit is refused before reading; a pipe, FIFO or device,
+    whose size nobody knows, is refused as soon as what was read passes the limit, and a line
+    longer than ``MAX_LINE_BYTES`` as soon as it does. UTF-8, with or without a byte-order mark;
+    UTF-16 and UTF-32 are named, not decoded into nonsense.
+    """
     check_file_size(path, limit)
+    where = str(path)
+    lines: list[str] = []
+    held = 0
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as handle:
+            pending = b""
+            first = True
+            while True:
+                chunk = handle.read(_CHUNK)
+                if first:
+                    _check_encoding(where, chunk)
+                    chunk = chunk.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+                    first = False
+                if not chunk:
+                    break
+                parts = (pending + chunk).split(b"\n")
+                pending = parts.pop()
+                if len(pending) > MAX_LINE_BYTES:
+                    raise DataError(
+                        f"{where}:{len(lines) + 1}: a line longer than {format_bytes(MAX_LINE_BYTES)}: "
+                        "not a text dataset (binary data, or no line breaks)"
+                    )
+                for raw in parts:
+                    lines.append(_decoded(where, len(lines) + 1, raw))
+                    held += len(raw) + 1
+                check_memory(where, "what was read so far takes", held + len(pending), limit)
+            if pending:
+                lines.append(_decoded(where, len(lines) + 1, pending))
     except FileNotFoundError:
-        raise DataError(f"dataset file {str(path)!r} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read dataset file {str(path)!r}: {exc}") from None
+        raise DataError(f"dataset file {where!r} not found") from None
+    except IsADirectoryError:
+        raise DataError(f"dataset file {where!r} is a directory") from None
+    except OSError as exc:
+        raise DataError(f"cannot read dataset file {where!r}: {exc.strerror or exc}") from None
+    return lines
+
+
+def _check_encoding(where: str, head: bytes) -> None:
+    for mark, name in sorted(_BOMS.items(), key=lambda item: -len(item[0])):
+        if head.startswith(mark):
+            raise DataError(f"{where} is {name} text: save it as UTF-8 (or ASCII) and prepare it again")
+    if head[:2].count(b"\x00") == 1 and b"\x00" in head[:64:2] + head[1:64:2]:
+        raise DataError(f"{where} looks like UTF-16 text without a byte-order mark: save it as UTF-8")
+
+
+def _decoded(where: str, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.removesuffix(b"\r").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{where}:{lineno}: byte {raw[exc.start]:#04x} is not UTF-8 text: save the file as UTF-8"
+        ) from None
