@@ -84,6 +84,19 @@ def _check_endpoint_url(url: str | None) -> str | None:
     return url
 
 
+def _has_query(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.query or parts.fragment)
+
+
+def _redacted(url: str) -> str:
+    """A URL as an error may show it: its query and fragment (a presigned token, a key) left out."""
+    return url.split("?", 1)[0].split("#", 1)[0] + (" (query left out)" if _has_query(url) else "")
+
+
 def _refuse_url_credentials(data: Any) -> Any:
     # Before the fields, on the whole spec: a field's error would echo its input, password and all.
     if isinstance(data, dict) and isinstance(data.get("endpoint_url"), str) and _has_credentials(data["endpoint_url"]):
@@ -96,8 +109,36 @@ def check_endpoint_url(url: str | None, option: str) -> str | None:
     if url is not None and _has_credentials(url):
         raise ConfigError(f"{option}: {_CREDENTIALS}")
     if url is not None and not _is_endpoint(url):
-        raise ConfigError(f"{option}: {_ENDPOINT_HINT} (got {brief(url)})")
+        raise ConfigError(f"{option}: {_ENDPOINT_HINT} (got {brief(_redacted(url))})")
     return url
+
+
+#: S3's bucket naming rules (general purpose buckets): what AWS refuses is refused here, in one line.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def check_bucket_name(name: str | None) -> str | None:
+    """An S3 bucket name as AWS accepts it, or a ValueError saying which rule it breaks."""
+    if name is None:
+        return None
+    if not _BUCKET.fullmatch(name):
+        raise ValueError(
+            f"{brief(name)} is not an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit"
+        )
+    if ".." in name or ".-" in name or "-." in name:
+        raise ValueError(f"{brief(name)} is not an S3 bucket name: no '..', '.-' or '-.'")
+    try:
+        ipaddress.IPv4Address(name)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"{brief(name)} is not an S3 bucket name: it is formatted as an IP address")
+    if name.startswith(_BUCKET_RESERVED_PREFIXES) or name.endswith(_BUCKET_RESERVED_SUFFIXES):
+        raise ValueError(f"{brief(name)} is not an S3 bucket name: its prefix or suffix is reserved by AWS")
+    return name
 
 
 class _Spec(BaseModel):
@@ -117,6 +158,7 @@ class StorageSpec(_Spec):
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
 
     _endpoint = field_validator("endpoint_url")(_check_endpoint_url)
+    _bucket = field_validator("bucket")(check_bucket_name)
     _no_credentials = model_validator(mode="before")(_refuse_url_credentials)
 
 
@@ -184,6 +226,7 @@ class ChannelSpec(_Spec):
 
     _refuse = model_validator(mode="before")(_refuse_literal_secrets)
     _endpoint = field_validator("endpoint_url")(_check_endpoint_url)
+    _bucket = field_validator("bucket")(check_bucket_name)
     _no_credentials = model_validator(mode="before")(_refuse_url_credentials)
 
     @property
@@ -458,7 +501,10 @@ def _format_errors(source: str, exc: ValidationError) -> str:
         elif (
             "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict) and not secretive
         ):
-            message += f" (got {brief(err['input'])})"
+            given = err["input"]
+            if err["loc"] and err["loc"][-1] == "endpoint_url" and isinstance(given, str):
+                given = _redacted(given)  # a query may hold a presigned token or a key
+            message += f" (got {brief(given)})"
         parts.append(f"{field}: {message}")
     if len(parts) > _MAX_REPORTED:
         parts[_MAX_REPORTED:] = [f"and {len(parts) - _MAX_REPORTED} more"]
