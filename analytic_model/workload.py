@@ -140,9 +140,27 @@ class Workload:
 
     def state_bytes(self, info: ModelInfo) -> float:
         """Bytes of one worker's checkpoint (parameters, algorithm state, optimizer state)."""
-        optimizer = 2 if self.algorithm == "onebit_adam" else OPTIMIZERS[self.optimizer]  # Adam whatever the setting
-        vectors = STATE_VECTORS[self.algorithm] + optimizer + (_EF_VECTORS if self.error_feedback_on else 0)
+        vectors = state_vectors(self.algorithm, self.optimizer, error_feedback=self.error_feedback_on)
         return vectors * self.n_params(info) * info.bytes_per_param
+
+
+#: Vectors of the parameters' size a worker holds while it trains, beyond its checkpointed
+#: state: the gradient and a collective's send and merged buffers.
+WORKING_VECTORS = 3
+
+
+def state_vectors(algorithm: str, optimizer: str, *, error_feedback: bool) -> int:
+    """Vectors of the parameters' size in one worker's checkpoint: parameters, algorithm and optimizer state."""
+    optimizer_vectors = 2 if algorithm == "onebit_adam" else OPTIMIZERS[optimizer]  # Adam whatever the setting
+    return STATE_VECTORS[algorithm] + optimizer_vectors + (_EF_VECTORS if error_feedback else 0)
+
+
+def model_memory_bytes(
+    n_params: int, bytes_per_param: float, algorithm: str, optimizer: str, *, error_feedback: bool
+) -> float:
+    """What one worker's model, its state and its working vectors take in memory while it trains."""
+    vectors = state_vectors(algorithm, optimizer, error_feedback=error_feedback) + WORKING_VECTORS
+    return float(vectors * n_params * bytes_per_param)
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,19 @@ processes and torchrun, the coordinator for Lambda.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from datetime import UTC, datetime
 
+from analytic_model.profile import load_profile
+from analytic_model.workload import model_memory_bytes
 from lambdaml import catalogue, seal
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
 from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
-from lambdaml.errors import LambdaMLError
+from lambdaml.errors import ConfigError, LambdaMLError
+from lambdaml.models import MODELS
 from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.results import clear_job_channel
@@ -40,12 +44,44 @@ def preflight(
     manifest = read_manifest(store, job.dataset, dataset_version)
     shards_of_worker(manifest, 0, job.workers)
     catalogue.model(job.model.name).check_classes(manifest.name, manifest.n_classes)
+    check_model_fits(job, manifest)
     if check_channel:
         channel = open_channel(job.channel)
         channel.ensure()  # creates the bucket/table on a local stack; only checks it on AWS
         channel.ping()
         channel.close()
     return store, manifest
+
+
+def model_params(job: JobSpec, manifest: Manifest) -> tuple[int, int]:
+    """The job's parameter count and bytes per parameter, without building a torch model.
+
+    The numpy models are built (a model holds no parameters until ``init_params``); a torch
+    model's count comes from its architecture (MLP) or the cost model's catalogue (the CNNs).
+    """
+    info = load_profile(None).model(job.model.name)
+    if catalogue.model(job.model.name).needs != "torch":
+        return MODELS.get(job.model.name).build(job.model, manifest).n_params, info.bytes_per_param
+    if job.model.name == "mlp":
+        widths = [manifest.n_features, *job.model.hidden, manifest.n_classes]
+        return sum(a * b + b for a, b in itertools.pairwise(widths)), info.bytes_per_param
+    return info.params(manifest.n_features, job.model.k, manifest.n_classes), info.bytes_per_param
+
+
+def check_model_fits(job: JobSpec, manifest: Manifest) -> None:
+    """Refuse, in one line, a model whose state cannot fit a worker's memory (each would fail to allocate)."""
+    n_params, bytes_per_param = model_params(job, manifest)
+    spec = job.algorithm
+    need = model_memory_bytes(
+        n_params, bytes_per_param, spec.name, spec.optimizer, error_feedback=spec.compression_spec is not None
+    )
+    have = job.runtime.memory_mb * 2**20
+    if need > have:
+        raise ConfigError(
+            f"model {job.model.name!r} on dataset {manifest.name!r} has {n_params:,} parameters: with its gradient, "
+            f"{spec.optimizer} state and the collectives' buffers a worker needs {need / 2**30:.1f} GiB, over the "
+            f"{job.runtime.memory_mb} MB it has (runtime.memory_mb; Lambda allows up to 10240)"
+        )
 
 
 def begin(
