@@ -72,6 +72,11 @@ def dataset_test(dataset: str, version: str) -> str:
     return dataset_version_prefix(dataset, version) + "test"
 
 
+def dataset_lease(dataset: str, version: str) -> str:
+    """Held while a prepare writes ``version``: another prepare's prune leaves the version alone."""
+    return dataset_version_prefix(dataset, version) + "writing.json"
+
+
 def legacy_dataset_manifest(dataset: str) -> str:
     """Where datasets prepared before versions kept their manifest (read only to say so)."""
     return dataset_prefix(dataset) + "manifest.json"

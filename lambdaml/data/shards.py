@@ -271,10 +271,39 @@ def prepare(
             raise DataError(f"the test set's {held_X.shape[1]} features are not the train set's {X.shape[1]}")
         held_y = held_y if values is None else to_classes(held_y, values)
         held_rows = np.arange(len(held_y))
-    fmt = "csr" if isinstance(X, CSRMatrix) else "dense"
     y = np.ascontiguousarray(y, dtype=np.float32)
     held_y = np.ascontiguousarray(held_y, dtype=np.float32)
     version = new_version_id()
+    lease = keys.dataset_lease(name, version)
+    put_json(store, lease, {"started": time.time()})  # before any shard: a prune that sees one sees this
+    try:
+        return _write_version(
+            store, name, version, X, y, train, (held_X, held_y, held_rows),
+            shards=shards, n_classes=n_classes, label_values=label_values, sample_shape=sample_shape,
+            overwrite=overwrite,
+        )  # fmt: skip
+    finally:
+        store.delete([lease])
+
+
+def _write_version(
+    store: Channel,
+    name: str,
+    version: str,
+    X: Features,
+    y: Array,
+    train: Array,
+    held: tuple[Features, Array, Array],
+    *,
+    shards: int,
+    n_classes: int,
+    label_values: list[float] | None,
+    sample_shape: list[int] | None,
+    overwrite: bool,
+) -> Manifest:
+    """Write one version's shards, test split and manifest, check they are all there, then point at it."""
+    held_X, held_y, held_rows = held
+    fmt = "csr" if isinstance(X, CSRMatrix) else "dense"
     pieces = np.array_split(train, shards)
     sizes: list[int] = []
     hashes: list[str] = []
@@ -305,6 +334,7 @@ def prepare(
         label_values=label_values,
     )
     put_json(store, keys.dataset_manifest(name, version), asdict(manifest))
+    _check_whole(store, manifest)
     previous = current_version(store, name)
     pointer = json.dumps({"version": version, "previous": previous}, sort_keys=True).encode()
     if overwrite:
@@ -312,7 +342,7 @@ def prepare(
     elif not store.put_new(keys.dataset_current(name), pointer):  # another prepare created it meanwhile
         store.delete(store.list(keys.dataset_version_prefix(name, version)))
         raise DataError(f"dataset {name!r} was created by another prepare meanwhile; use --overwrite to replace it")
-    _prune(store, name, keep={version, previous})
+    _prune(store, name, keep={version, previous, current_version(store, name)})
     log.info("prepared %s dataset %s version %s: %d shards, %d test rows", fmt, name, version, shards, n_test)
     return manifest
 
@@ -329,16 +359,56 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:_HASH_CHARS]
 
 
-def _prune(store: Channel, name: str, keep: set[str | None]) -> None:
-    """Delete every version but ``keep`` (abandoned prepares, what is two versions old) and the old layout."""
-    prefix, versions = keys.dataset_prefix(name), keys.dataset_prefix(name) + "v/"
+#: How long a prepare's lease protects the version it writes: past this it was abandoned (a crash).
+LEASE_S = 24 * 3600.0
 
-    def kept(key: str) -> bool:
-        return key == keys.dataset_current(name) or (
-            key.startswith(versions) and key[len(versions) :].split("/", 1)[0] in keep
+
+def _check_whole(store: Channel, manifest: Manifest) -> None:
+    """Every shard, the test split and the manifest of a version are in storage (before the pointer moves)."""
+    name, version = manifest.name, manifest.dataset_version
+    present = set(store.list(keys.dataset_version_prefix(name, version)))
+    wanted = [keys.dataset_shard(name, version, i) for i in range(manifest.shards)]
+    wanted += [keys.dataset_manifest(name, version)] + (
+        [keys.dataset_test(name, version)] if manifest.test_rows else []
+    )
+    missing = [key for key in wanted if key not in present]
+    if missing:
+        raise DataError(
+            f"dataset {name!r} version {version} lost {len(missing)} of its objects while it was written "
+            f"(first: {missing[0]}); the current version is unchanged: prepare it again"
         )
 
-    stale = [key for key in store.list(prefix) if not kept(key)]
+
+def _leased(store: Channel, name: str, versions: set[str], now: float) -> set[str]:
+    """The versions whose prepare still holds its lease (is writing them)."""
+    held = set()
+    for version in versions:
+        try:
+            started = get_json(store, keys.dataset_lease(name, version)).get("started")
+        except (KeyNotFound, CodecError, AttributeError):
+            continue
+        if isinstance(started, int | float) and now - started < LEASE_S:
+            held.add(version)
+    return held
+
+
+def _prune(store: Channel, name: str, keep: set[str | None]) -> None:
+    """Delete every version but ``keep`` (abandoned prepares, what is two versions old) and the old layout.
+
+    A version another prepare is still writing holds a lease, and is left alone: two concurrent
+    ``--overwrite`` prepares once deleted each other's half-written shards.
+    """
+    prefix, versions = keys.dataset_prefix(name), keys.dataset_prefix(name) + "v/"
+    listed = store.list(prefix)
+    version_of = {key: key[len(versions) :].split("/", 1)[0] for key in listed if key.startswith(versions)}
+    leased = _leased(
+        store, name, {v for key, v in version_of.items() if key == keys.dataset_lease(name, v)}, time.time()
+    )
+
+    def kept(key: str) -> bool:
+        return key == keys.dataset_current(name) or version_of.get(key) in keep | leased
+
+    stale = [key for key in listed if not kept(key)]
     if stale:
         store.delete(stale)
 
