@@ -377,3 +377,19 @@ def test_cli_prepare_mistakes_are_one_line(
     assert cli.main(["data", "prepare", "x", *extra, "--shards", "1"]) == cli.EXIT_ERROR
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "crafted",
+    [
+        b"\x80\x02cnumpy\nndarray\n(K\x05tR.",  # numpy's ndarray called directly: it would allocate
+        b"\x80\x02cnumpy\nndarray\n.",  # the class itself as the batch
+    ],
+)
+def test_a_crafted_cifar_batch_is_named_without_internal_names(tmp_path: Path, crafted: bytes) -> None:
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(crafted)
+    with pytest.raises(DataError) as refused:
+        load_cifar10_batches([str(path)])
+    message = str(refused.value)
+    assert message.startswith(f"{path} is not a CIFAR-10 python batch") and "_Ndarray" not in message

@@ -195,12 +195,17 @@ def _read_cifar10_batch(path: Path, limit: int) -> tuple[Array, Array]:
         raise DataError(f"{path}: {exc} (a CIFAR-10 batch holds only numpy arrays and lists)") from None
     except _Refused as exc:
         raise DataError(f"{path}: {exc} (a CIFAR-10 batch holds 10000 uint8 images of 3072 bytes)") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
+    except (TypeError, AttributeError):  # numpy's stand-ins used as a batch never uses them (a crafted pickle)
+        raise DataError(
+            f"{path} is not a CIFAR-10 python batch: it builds objects from numpy's classes in ways a batch never does"
+        ) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError) as exc:
         raise DataError(f"{path} is not a CIFAR-10 python batch: {str(exc)[:200]}") from None
     except (OverflowError, MemoryError, RecursionError):
         raise DataError(f"{path} is not a CIFAR-10 python batch: it claims an impossible size") from None
     if not isinstance(batch, dict):
-        raise DataError(f"{path} is not a CIFAR-10 python batch: it holds a {type(batch).__name__}, not a dict")
+        kind = "numpy's ndarray class" if batch is _NDARRAY else f"a {type(batch).__name__}"
+        raise DataError(f"{path} is not a CIFAR-10 python batch: it holds {kind}, not a dict")
     data = _unpickled(batch.get(b"data", batch.get("data")))
     targets = _unpickled(batch.get(b"labels", batch.get("labels")))
     if data is None or targets is None:
