@@ -53,24 +53,34 @@ def preflight(
     return store, manifest
 
 
-def model_params(job: JobSpec, manifest: Manifest) -> tuple[int, int]:
-    """The job's parameter count and bytes per parameter, without building a torch model.
+#: Bytes of one parameter: the numpy models keep float64 vectors, the torch models float32.
+NUMPY_PARAM_BYTES, TORCH_PARAM_BYTES = 8, 4
+
+
+def model_params(job: JobSpec, manifest: Manifest) -> tuple[int, int] | None:
+    """The job's parameter count and bytes per parameter, without building a torch model (None: unknown).
 
     The numpy models are built (a model holds no parameters until ``init_params``); a torch
     model's count comes from its architecture (MLP) or the cost model's catalogue (the CNNs).
     """
-    info = load_profile(None).model(job.model.name)
     if catalogue.model(job.model.name).needs != "torch":
-        return MODELS.get(job.model.name).build(job.model, manifest).n_params, info.bytes_per_param
+        return MODELS.get(job.model.name).build(job.model, manifest).n_params, NUMPY_PARAM_BYTES
     if job.model.name == "mlp":
         widths = [manifest.n_features, *job.model.hidden, manifest.n_classes]
-        return sum(a * b + b for a, b in itertools.pairwise(widths)), info.bytes_per_param
-    return info.params(manifest.n_features, job.model.k, manifest.n_classes), info.bytes_per_param
+        return sum(a * b + b for a, b in itertools.pairwise(widths)), TORCH_PARAM_BYTES
+    try:
+        info = load_profile(None).model(job.model.name)
+    except ConfigError:  # a plug-in the cost model does not know
+        return None
+    return info.params(manifest.n_features, job.model.k, manifest.n_classes), TORCH_PARAM_BYTES
 
 
 def check_model_fits(job: JobSpec, manifest: Manifest) -> None:
     """Refuse, in one line, a model whose state cannot fit a worker's memory (each would fail to allocate)."""
-    n_params, bytes_per_param = model_params(job, manifest)
+    counted = model_params(job, manifest)
+    if counted is None:
+        return
+    n_params, bytes_per_param = counted
     spec = job.algorithm
     need = model_memory_bytes(
         n_params, bytes_per_param, spec.name, spec.optimizer, error_feedback=spec.compression_spec is not None
