@@ -2,6 +2,6 @@
 
 import sys
 
-from lambdaml.cli import main
+from lambdaml.command import main
 
 sys.exit(main())

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Run
+from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, ProgressCallback, Run, StepEvent
 from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError, JobFailed
+from lambdaml.interrupts import sigint_blocked
 from lambdaml.runtime.iaas import cluster_cost
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import WorkerReport, WorkerRow
@@ -84,12 +85,15 @@ class IaaSLocalBackend(MachineBackend):
         tmp = tempfile.TemporaryDirectory(prefix="lambdaml-iaas-")
         log_file = (Path(tmp.name) / "torchrun.log").open("wb")
         command = torchrun_command(attempt.job_id, job.workers, job.storage, attempt=attempt.number, events=tmp.name)
-        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        with sigint_blocked():  # torchrun and its ranks never see Ctrl-C: stop() ends them
+            process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         return _Torchrun(process, tmp, log_file)
 
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
+    def collect(
+        self, run: Run, on_event: EventCallback | None, on_progress: ProgressCallback | None = None
+    ) -> list[WorkerReport]:
         torchrun: _Torchrun = run.handle
-        self._follow(run.job, torchrun.process, torchrun.events_dir, torchrun.log_path, on_event)
+        self._follow(run.job, torchrun.process, torchrun.events_dir, torchrun.log_path, on_event, on_progress)
         return collect_reports(self.store(), run.job, run.attempt)
 
     def stop(self, run: Run) -> None:
@@ -115,6 +119,7 @@ class IaaSLocalBackend(MachineBackend):
         events_dir: Path,
         log_path: Path,
         on_event: EventCallback | None,
+        on_progress: ProgressCallback | None = None,
     ) -> None:
         """Relay the ranks' progress until torchrun exits; fail on the first rank's error."""
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
@@ -134,6 +139,9 @@ class IaaSLocalBackend(MachineBackend):
                             errors.append(event)
                         elif event["kind"] == "done":
                             done.add(event["rank"])
+                        elif event["kind"] == "steps":
+                            if on_progress is not None:
+                                on_progress(StepEvent(event["rank"], event["epoch"], event["step"], event["steps"]))
                         elif on_event is not None:
                             on_event(JobEvent(event["rank"], event["epoch"], event["loss"], event["elapsed_s"]))
                 if exited:

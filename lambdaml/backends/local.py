@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import queue
 import sys
 import threading
@@ -11,14 +12,17 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import wait as wait_ready
 from typing import Any
 
-from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Run
+from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, ProgressCallback, Run, StepEvent
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.cost import Invocation, job_cost
 from lambdaml.errors import JobCancelled, JobFailed, LambdaMLError
-from lambdaml.runtime.heartbeat import both, heartbeat
+from lambdaml.interrupts import ignore_sigint, sigint_blocked
+from lambdaml.runtime.heartbeat import at_most_every, both, heartbeat
+from lambdaml.runtime.job_logs import WorkerLog
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import WorkerReport, WorkerRow, total_traffic
 from lambdaml.runtime.worker import Lifetime, run_worker
@@ -29,6 +33,8 @@ log = logging.getLogger(__name__)
 # Seconds a job may go without any worker reporting before the backend gives up on it,
 # on top of the job's own synchronization timeout (workers time out by themselves first).
 _SILENCE_GRACE_S = 30.0
+#: How often a worker tells this process the steps it has done (through its queue: no request).
+STEPS_EVERY_S = 1.0
 
 
 def _worker_main(
@@ -47,29 +53,59 @@ def _worker_main(
         remaining_s=lambda: float("inf"), checkpoint_every=job.runtime.checkpoint_every, on_lambda=False
     )
 
+    # Its lines, for ``lambdaml logs``: a thread (the in-memory channel) keeps only its own.
+    worker_log = WorkerLog.open(attempt, rank, epochs=job.algorithm.epochs, whole_process=channel is None)
+
     def on_epoch(r: int, epoch: int, loss: float, elapsed: float) -> None:
+        worker_log.epoch(epoch, loss, elapsed)
         events.put(("epoch", rank, (epoch, loss, elapsed)))
 
+    def on_step(r: int, epoch: int, step: int, steps: int) -> None:
+        events.put(("steps", rank, (epoch, step, steps)))
+
     try:
-        beat = both(
-            on_epoch,
-            heartbeat(
-                open_storage(job.storage),
-                attempt,
-                every_s=job.runtime.heartbeat_every_s,
-                final_epoch=job.algorithm.epochs,
-            ),
+        beat = heartbeat(
+            open_storage(job.storage), attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs
         )
-        report = run_worker(job, attempt, rank, secret=secret, on_epoch=beat, channel=channel, lifetime=lifetime)
+        report = run_worker(
+            job,
+            attempt,
+            rank,
+            secret=secret,
+            on_epoch=both(on_epoch, beat),
+            on_step=both(at_most_every(STEPS_EVERY_S, on_step), beat.step),
+            channel=channel,
+            lifetime=lifetime,
+        )
     except JobCancelled as exc:
+        worker_log.line(str(exc))
         events.put(("cancelled", rank, str(exc)))
     except LambdaMLError as exc:
+        worker_log.line(f"worker {rank} failed: {exc}", level="ERROR")
         events.put(("error", rank, str(exc)))
     except Exception as exc:  # a bug: keep the type so it can be found
         log.exception("worker %d crashed", rank)
         events.put(("error", rank, f"{type(exc).__name__}: {exc}"))
     else:
         events.put(("done", rank, report))
+    finally:
+        worker_log.close()
+
+
+def _worker_process(*args: Any) -> None:
+    """A worker process: deaf to Ctrl-C (its parent stops it) and never outliving its parent."""
+    ignore_sigint()  # born with SIGINT blocked (LocalBackend.start): none reached it before this
+    parent = mp.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True).start()
+    _worker_main(*args)
+
+
+def _exit_with(parent_sentinel: int) -> None:
+    """Wait for the parent to end, then end this process: a worker deaf to Ctrl-C must not be
+    left training if its parent is killed before it can stop it."""
+    wait_ready([parent_sentinel])
+    os._exit(1)
 
 
 @contextmanager
@@ -99,6 +135,16 @@ class _Workers:
     events: Any
 
 
+def _stop(handle: _Workers) -> None:
+    """Terminate every worker process still running, then wait for each (threads end by themselves)."""
+    started = [w for w in handle.workers if w.ident is not None]
+    for worker in started:
+        if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
+            worker.terminate()
+    for worker in started:
+        worker.join(timeout=5)
+
+
 class LocalBackend(MachineBackend):
     """Each rank in its own process, like Lambda; the in-memory channel runs ranks as threads."""
 
@@ -121,24 +167,29 @@ class LocalBackend(MachineBackend):
             events = ctx.Queue()
             workers = [
                 ctx.Process(
-                    target=_worker_main,
+                    target=_worker_process,
                     args=(job_data, attempt_data, secret, r, events),
                     name=f"lambdaml-worker-{r}",
+                    daemon=True,  # an exit that skips stop() still ends them (multiprocessing's atexit)
                 )
                 for r in range(job.workers)
             ]
-        with _main_module_hidden():
-            for worker in workers:
-                worker.start()
-        return _Workers(workers, events)
+        handle = _Workers(workers, events)
+        try:
+            with _main_module_hidden(), sigint_blocked():  # Ctrl-C is the parent's: it stops them
+                for worker in workers:
+                    worker.start()
+        except BaseException:
+            _stop(handle)
+            raise
+        return handle
 
     def stop(self, run: Run) -> None:
-        for worker in run.handle.workers:
-            if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
-                worker.terminate()
-            worker.join(timeout=5)
+        _stop(run.handle)
 
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
+    def collect(
+        self, run: Run, on_event: EventCallback | None, on_progress: ProgressCallback | None = None
+    ) -> list[WorkerReport]:
         job, workers, events = run.job, run.handle.workers, run.handle.events
         reports: dict[int, WorkerReport] = {}
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
@@ -166,6 +217,9 @@ class LocalBackend(MachineBackend):
             if kind == "epoch":
                 if on_event is not None:
                     on_event(JobEvent(rank, *payload))
+            elif kind == "steps":
+                if on_progress is not None:
+                    on_progress(StepEvent(rank, *payload))
             else:
                 reports[rank] = payload
         return [reports[r] for r in range(job.workers)]

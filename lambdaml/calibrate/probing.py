@@ -16,6 +16,7 @@ import numpy as np
 
 from lambdaml.arrays import Array
 from lambdaml.errors import LambdaMLError
+from lambdaml.interrupts import sigint_blocked
 
 SMALL_FLOATS = 8  # a small value: 8 float64 (96 bytes on the wire)
 PROBE_TIMEOUT_S = 120.0
@@ -72,9 +73,13 @@ def value(n_floats: int, seed: int = 0) -> Array:
 
 
 def run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) -> list[Any]:
-    """Start the processes and collect one report from each; a process that dies silently fails at once."""
-    for proc in procs:
-        proc.start()
+    """Start the processes and collect one report from each; a process that dies silently fails at once.
+
+    They never see Ctrl-C (it would print a traceback from each): it stops them through this process.
+    """
+    with sigint_blocked():
+        for proc in procs:
+            proc.start()
     reports: list[Any] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -88,6 +93,11 @@ def run_all(procs: Sequence[Any], results: Any, what: str, timeout_s: float) -> 
                     time.sleep(0.5)  # a report may still be in the pipe
                     if results.empty():
                         raise LambdaMLError(f"{what}: a probe process exited without a report") from None
+    except BaseException:  # Ctrl-C, or a failed probe: the others need not finish
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        raise
     finally:
         for proc in procs:
             proc.join(timeout=10)

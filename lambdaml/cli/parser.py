@@ -7,7 +7,9 @@ error (argparse would print its usage and exit 2). ``-v`` and ``-q`` work at eve
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 from analytic_model.channel_perf import MODELLED_ONLY
@@ -17,10 +19,55 @@ from lambdaml.errors import ConfigError
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors raise (one line, exit 1) instead of printing the usage."""
+    """An ArgumentParser whose errors raise (one line, exit 1) instead of printing the usage.
+
+    An option is never taken for a longer one it begins (``--worker`` is not ``--workers``), and
+    a mistyped subcommand, choice or option gets a "did you mean" naming the closest one.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # subcommands' parsers are of this class too
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message} (see: {self.prog} --help)")
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        """As argparse's, but an unknown option is named by the subcommand it was given to."""
+        namespace, extras = self.parse_known_args(*args, **kwargs)
+        if extras:
+            parser = self._chosen(namespace)
+            options = [flag for action in parser._actions for flag in action.option_strings]
+            unknown = (extra.partition("=")[0] for extra in extras if extra.startswith("-"))
+            hint = next((h for h in (did_you_mean(word, options, quote=False) for word in unknown) if h), "")
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace
+
+    def _chosen(self, namespace: argparse.Namespace) -> Parser:
+        """The deepest subcommand's parser the command line chose (this one, without any)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                child = action.choices.get(getattr(namespace, action.dest, None) or "")
+                if isinstance(child, Parser):
+                    return child._chosen(namespace)
+        return self
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            hint = did_you_mean(value, action.choices or ()) if isinstance(value, str) else ""
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message}{hint}") from None
+
+
+def did_you_mean(word: str, known: Iterable[Any], *, quote: bool = True) -> str:
+    """``; did you mean 'train'?``: the known name closest to a mistyped one, or "" if none is close."""
+    close = difflib.get_close_matches(word, [str(name) for name in known], n=1)
+    if not close:
+        return ""
+    return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
 
 
 def version() -> str:
@@ -71,7 +118,8 @@ def names_in(kind: str, known: Iterable[str]) -> Callable[[str], list[str]]:
         names = split_names(text)
         unknown = [name for name in names if name not in allowed]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(allowed)}")
+            hint = did_you_mean(unknown[0], allowed)
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(allowed)}{hint}")
         if not names:
             raise argparse.ArgumentTypeError("names nothing")
         return names
@@ -123,6 +171,11 @@ def _png(text: str) -> str:
     # --plot's file is optional, so "--plot a.json b.json" would read a.json as the picture to write.
     if not text.lower().endswith(".png"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
+    # Checked before any work, and no directory is made for it: a mistyped one is said, not created.
+    folder = Path(text).parent
+    if not folder.is_dir():
+        missing = "is not a directory" if folder.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r}: its directory {str(folder)!r} {missing}")
     return text
 
 
@@ -141,6 +194,10 @@ def _storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. moto's http://127.0.0.1:5000")
     parser.add_argument("--region", default="us-east-1", help="the bucket's AWS region (default: %(default)s)")
     parser.add_argument("--stack", default=None, help="use this stack's data bucket (and endpoint, if local)")
+
+
+#: --stack of the commands that take a job id: without it, the job is one this machine ran.
+_JOB_STACK = "the stack the job runs in (default: a job run on this machine)"
 
 
 def _follow_args(parser: argparse.ArgumentParser) -> None:
@@ -183,9 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _output_args(train)
 
-    attach = commands.add_parser("attach", help="follow a stack's job to its end, as train does")
+    attach = commands.add_parser("attach", help="follow a job to its end, as train does")
     attach.add_argument("job_id", help="the job's id, as train printed it")
-    attach.add_argument("--stack", required=True, help="the stack the job runs in")
+    attach.add_argument("--stack", default=None, help=_JOB_STACK)
     _follow_args(attach)
     _output_args(attach)
 
@@ -246,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("status", "show a job's state and its workers' heartbeats"), ("cancel", "cancel a job")):
         command = commands.add_parser(name, help=text)
         command.add_argument("job_id", help="the job's id, as train printed it")
-        command.add_argument("--stack", required=True, help="the stack the job runs in")
+        command.add_argument("--stack", default=None, help=_JOB_STACK)
         _output_args(command)
         if name == "status":
             command.add_argument(
@@ -259,9 +316,15 @@ def build_parser() -> argparse.ArgumentParser:
                 "--interval", type=_positive_seconds, default=2.0, help="seconds between looks (default: %(default)s)"
             )
 
-    jobs = commands.add_parser("jobs", help="list a stack's jobs (or a data bucket's), newest first")
+    jobs = commands.add_parser(
+        "jobs", help="list the jobs run on this machine (or a stack's, or a data bucket's), newest first"
+    )
     jobs.add_argument("--state", choices=JOB_STATES, default=None, help="only jobs in this state")
-    _storage_args(jobs)
+    # No default bucket or region: with none of these four, the jobs run on this machine, and no request.
+    jobs.add_argument("--stack", default=None, help="list this stack's jobs instead")
+    jobs.add_argument("--bucket", default=None, help="list this data bucket's jobs instead (default: lambdaml-data)")
+    jobs.add_argument("--endpoint-url", default=None, help="the bucket's S3 endpoint, e.g. http://127.0.0.1:5000")
+    jobs.add_argument("--region", default=None, help="the bucket's AWS region (default: us-east-1)")
     _output_args(jobs)
 
     clean = commands.add_parser(
@@ -280,9 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _storage_args(clean)
 
-    logs = commands.add_parser("logs", help="a stack's job's worker log lines, by time, with their ranks")
+    logs = commands.add_parser("logs", help="a job's worker log lines, by time, with their ranks")
     logs.add_argument("job_id", help="the job's id, as train printed it")
-    logs.add_argument("--stack", required=True, help="the stack the job runs in")
+    logs.add_argument("--stack", default=None, help=_JOB_STACK)
     logs.add_argument("--rank", type=int, default=None, help="only this rank's lines")
     logs.add_argument("--follow", action="store_true", help="print new lines as they come, until the job ends")
     logs.add_argument(

@@ -26,8 +26,11 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         "Generated from the command's parser by `make cli-docs` "
         "(`python -m lambdaml.cli.reference > docs/cli.md`); edit the parser, not this file.",
         "",
-        "Every mistake on the command line ends with one line on stderr and exit status 1. "
-        "`-h`, `-v` and `-q` work on every command, before or after its subcommand.",
+        "Every mistake on the command line ends with one line on stderr and exit status 1; a mistyped "
+        'subcommand, choice or option gets a "did you mean", and an option is never abbreviated '
+        "(`--worker` is not `--workers`). `-h`, `-v` and `-q` work on every command, before or after its "
+        "subcommand; `-q` prints only results and errors. Ctrl-C ends any command with one line saying "
+        "what stopped (and, for a job, how to go on) and exit status 130.",
     ]
     for command, depth in subcommands(parser):
         lines += ["", f"{'#' * min(depth + 2, 6)} `{command.prog}`", ""]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lambdaml.errors import ConfigError, LambdaMLError
+from lambdaml.interrupts import sigint_blocked
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ def _start(name: str, argv: list[str], port: int, ready: Callable[[], bool], log
     """Start a service and wait, bounded, until ``ready``."""
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix=f"lambdaml-{name}-")) / f"{name}.log"
-    with log_path.open("wb") as log_file:
+    # Deaf to Ctrl-C: the command that started it stops it (a demo's store must outlive the
+    # interrupt long enough to record the job as interrupted).
+    with log_path.open("wb") as log_file, sigint_blocked():
         process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     service = Service(name, port, process, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -28,13 +28,17 @@ from lambdaml.cost import ec2_cost
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
 from lambdaml.runtime import records
-from lambdaml.runtime.heartbeat import both, heartbeat
+from lambdaml.runtime.heartbeat import at_most_every, both, heartbeat
+from lambdaml.runtime.job_logs import WorkerLog
 from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import assemble_result, collect_reports
 from lambdaml.runtime.worker import run_worker
 from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
+
+#: How often a rank writes the steps it has done to its events file (a local file: no request).
+STEPS_EVERY_S = 1.0
 
 
 def cluster_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
@@ -59,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rank = int(os.environ.get("RANK", "-1"))  # torchrun's; known before the group forms
     events = (Path(args.events) / f"rank{rank}.jsonl").open("a", buffering=1) if args.events else None
+    worker_log: WorkerLog | None = None  # on this machine (iaas-local), its lines for ``lambdaml logs``
     try:
         from lambdaml.comm.torchdist import TorchDistCommunicator, init_process_group
 
@@ -66,18 +71,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         job = records.stored_job(store, args.job_id)
         attempt = records.read_attempt(store, args.job_id, args.attempt)
         rank, world = init_process_group(job.sync.timeout_s)
+        if events is not None:
+            worker_log = WorkerLog.open(attempt, rank, epochs=job.algorithm.epochs, whole_process=True)
         if world != job.workers:
             raise LambdaMLError(f"job {args.job_id} has {job.workers} workers but torchrun started {world}")
         started_at, started = datetime.now(UTC).isoformat(), time.perf_counter()
 
         def on_epoch(r: int, epoch: int, loss: float, elapsed: float) -> None:
+            if worker_log is not None:
+                worker_log.epoch(epoch, loss, elapsed)
             _emit(events, {"kind": "epoch", "rank": r, "epoch": epoch, "loss": loss, "elapsed_s": elapsed})
 
+        def on_step(r: int, epoch: int, step: int, steps: int) -> None:
+            _emit(events, {"kind": "steps", "rank": r, "epoch": epoch, "step": step, "steps": steps})
+
         comm = TorchDistCommunicator(rank, world)
-        beat = both(
-            on_epoch, heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs)
-        )
-        report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=beat)
+        beat = heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs)
+        steps = both(at_most_every(STEPS_EVERY_S, on_step), beat.step)
+        report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=both(on_epoch, beat), on_step=steps)
         assert isinstance(report, WorkerReport)  # without a Lifetime a run never stops early
         put_json(store, keys.worker_report(args.job_id, attempt.number, rank), report.to_json())
         if args.assemble and rank == 0:
@@ -99,13 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LambdaMLError as exc:
         _emit(events, {"kind": "error", "rank": rank, "type": type(exc).__name__, "message": str(exc)})
         print(f"error: rank {rank}: {exc}", file=sys.stderr)
+        if worker_log is not None:
+            worker_log.line(f"rank {rank} failed: {exc}", level="ERROR")
         return 1
     except Exception as exc:  # a bug: keep its type so it can be found; the traceback goes to the log
         log.exception("rank %d crashed", rank)
         _emit(events, {"kind": "error", "rank": rank, "type": "crash", "message": f"{type(exc).__name__}: {exc}"})
         return 1
+    except KeyboardInterrupt:  # Ctrl-C where torchrun runs in a terminal: the rank stops, quietly
+        _emit(events, {"kind": "error", "rank": rank, "type": "interrupted", "message": "interrupted"})
+        return 130
     finally:
         _leave_group()
+        if worker_log is not None:
+            worker_log.close()
         if events is not None:
             events.close()
     return 0

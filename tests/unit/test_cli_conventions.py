@@ -3,10 +3,13 @@ command line as one line with exit 1 (argparse's own errors included), while --h
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import signal
 import subprocess
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 
 from lambdaml import cli
 from lambdaml.cli.parser import build_parser, subcommands, verbosity, version
+from lambdaml.errors import ConfigError
 
 ADVISE = ["advise", "--model", "lr", "--features", "28", "--dataset-bytes", "1.2GB", "--samples", "11e6"]
 SMALL = ["--workers", "2", "--memory", "3008", "--instances", "c5.large", "--json"]
@@ -100,7 +104,7 @@ def test_every_subcommand_takes_verbose_and_quiet() -> None:
         (["local"], ("lambdaml local:", "required: COMMAND")),
         (["data", "prepare", "d", "--shards", "1"], ("one of the arguments --input --synthetic --builtin",)),
         (["advise", "--model", "lr"], ("lambdaml advise:", "--samples is required", "--job")),
-        (["status", "job-1"], ("lambdaml status:", "--stack")),
+        (["status"], ("lambdaml status:", "required: job_id")),
     ],
 )
 def test_a_command_line_mistake_is_one_line_and_exit_1(
@@ -201,6 +205,7 @@ def test_compare_writes_no_png_unless_asked(
     assert "argument --plot: " in capsys.readouterr().err and json.loads(Path(two_results[0]).read_text())
 
     named = tmp_path / "plots" / "runs.png"
+    named.parent.mkdir()
     assert cli.main(["compare", *two_results, "--plot", str(named), "--json"]) == 0
     assert named.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(capsys.readouterr().out)["plot"] == str(named)
@@ -239,3 +244,116 @@ def test_every_command_that_prints_a_table_takes_output_json() -> None:
         "logs",  # its lines, one JSON object each
     }
     assert takes == {f"lambdaml {name}" for name in tables}
+
+
+@pytest.mark.parametrize("command", ["compare", "advise"])
+def test_plot_into_a_missing_directory_is_one_line_naming_it_and_creates_nothing(
+    command: str, two_results: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nonexistent" / "dir"
+    args = two_results if command == "compare" else ADVISE[1:]
+    assert cli.main([command, *args, "--plot", str(missing / "x.png")]) == 1
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert f"its directory '{missing}' does not exist" in line and line.startswith(f"error: lambdaml {command}:")
+    assert captured.out == "", "it did some work before refusing"
+    assert not (tmp_path / "nonexistent").exists()
+
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert cli.main([command, *args, "--plot", str(a_file / "x.png")]) == 1
+    assert f"its directory '{a_file}' is not a directory" in capsys.readouterr().err
+
+
+# --- options are never abbreviated; a near miss gets a "did you mean" -------------------------
+
+
+def test_no_parser_takes_an_abbreviated_option() -> None:
+    for parser, _ in subcommands(build_parser()):
+        assert parser.allow_abbrev is False, parser.prog
+    with pytest.raises(ConfigError, match=r"unrecognized arguments: --worker 2"):
+        build_parser().parse_args(["train", "job.yaml", "--worker", "2"])
+    assert build_parser().parse_args(["train", "job.yaml", "--workers", "2"]).workers == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["trian", "job.yaml"], ("lambdaml:", "invalid choice: 'trian'", "did you mean 'train'?")),
+        (["local", "upp"], ("lambdaml local:", "invalid choice: 'upp'", "did you mean 'up'?")),
+        (["train", "job.yaml", "--backend", "lcal"], ("--backend", "did you mean 'local'?")),
+        # an unknown option is named by the subcommand it was given to, with that one's closest option
+        (["train", "job.yaml", "--worker", "2"], ("lambdaml train:", "--worker 2", "did you mean --workers?")),
+        (["train", "job.yaml", "--wrkers=2"], ("lambdaml train:", "did you mean --workers?")),
+        (["local", "up", "--nme", "x"], ("lambdaml local up:", "did you mean --name?", "lambdaml local up --help")),
+        (["calibrate", "--channels", "s3,redsi"], ("unknown channel 'redsi'", "did you mean 'redis'?")),
+    ],
+)
+def test_a_near_miss_gets_a_did_you_mean_in_its_one_line(
+    argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+
+
+@pytest.mark.parametrize("argv", [["train", "job.yaml", "--no-such-flag"], ["xyzzy"]])
+def test_nothing_close_gets_no_guess(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 1
+    assert "did you mean" not in capsys.readouterr().err
+
+
+# --- -q leaves the results; Ctrl-C ends any command with one line and 130 ----------------------
+
+
+def test_quiet_prints_a_jobs_results_without_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from lambdaml.cli.output import configure, print_result
+    from tests.unit.test_tables_fit import job_result
+
+    cost = {
+        "total_dollars": 0.01,
+        "prices_checked": "2026-12-01",
+        "lambda": {"invocations": 4, "cold_starts": 4, "gb_seconds": 1.0, "dollars": 0.009},
+        "channel": {"kind": "memcached", "requests": 100, "dollars": 0.001},
+    }
+    result = job_result(workers=2, cost=cost)
+    print_result(result)
+    loud = capsys.readouterr().out
+    configure(quiet=True, json=False)
+    print_result(result)
+    quiet = capsys.readouterr().out
+    assert "time and traffic per worker" in loud and "time and traffic per worker" not in quiet
+    assert [line.split()[0] for line in quiet.splitlines()] == ["test", "job", "cost"], quiet
+    assert set(quiet.splitlines()) <= set(loud.splitlines())
+
+
+def test_an_interrupted_command_says_in_one_line_what_stopped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_data", interrupted)
+    assert cli.main(["data", "list"]) == cli.EXIT_INTERRUPTED == 130
+    captured = capsys.readouterr()
+    assert captured.err == "interrupted: lambdaml data list stopped\n" and captured.out == ""
+
+
+def test_a_second_ctrl_c_while_a_command_stops_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stopped = []
+
+    def stopping(args: argparse.Namespace) -> int:
+        try:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # Ctrl-C
+        finally:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # and again, while it stops
+            stopped.append(True)
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_jobs", stopping)
+    assert cli.main(["jobs"]) == 130
+    assert stopped == [True] and capsys.readouterr().err == "interrupted: lambdaml jobs stopped\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C as before, for the caller
