@@ -12,7 +12,9 @@ LOCAL_SECRET_KEY = "testing"
 
 ENV_REDIS_PASSWORD = "LAMBDAML_REDIS_PASSWORD"
 ENV_TORCH_THREADS = "LAMBDAML_TORCH_THREADS"  # torch threads per worker process (unset: 1)
-ENV_HOME = "LAMBDAML_HOME"  # local stacks' records and logs (default: ~/.lambdaml)
+#: This machine's lambdaml folder (default: ~/.lambdaml): local stacks' records and logs, profiles,
+#: clusters, and the jobs run here with their workers' lines (``jobs/``, ``runtime.machine_jobs``).
+ENV_HOME = "LAMBDAML_HOME"
 
 # Set on the stack's functions by template.yaml (a test holds the two to each other).
 ENV_DATA_BUCKET = "LAMBDAML_DATA_BUCKET"
@@ -30,6 +32,7 @@ ENV_ARCHITECTURE = "LAMBDAML_ARCHITECTURE"  # x86_64 or arm64: which GB-second p
 
 
 def home() -> Path:
+    """``LAMBDAML_HOME``, or ``~/.lambdaml``."""
     return Path(os.environ.get(ENV_HOME) or Path.home() / ".lambdaml")
 
 

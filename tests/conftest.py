@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from lambdaml import settings
 from lambdaml.channels import Channel, open_channel
 from lambdaml.cli import output
 from lambdaml.config import StorageSpec
@@ -66,6 +67,16 @@ def _services_for(kind: str, request: pytest.FixtureRequest) -> Services | None:
     redis = request.getfixturevalue("redis_port") if kind == "redis" else 0
     memcached = request.getfixturevalue("memcached_port") if kind == "memcached" else 0
     return Services(moto_url=moto, redis_port=redis, memcached_port=memcached)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lambdaml_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This machine's job records, logs and local stacks go to a folder of the test session's
+    (subprocesses inherit it), never into the real ~/.lambdaml."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(settings.ENV_HOME, str(tmp_path_factory.mktemp("lambdaml-home")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)

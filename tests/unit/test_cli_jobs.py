@@ -17,10 +17,17 @@ def test_following_flags_need_a_stack(flag: str, capsys: pytest.CaptureFixture[s
     assert len(err) == 1 and f"{flag} needs --stack" in err[0]
 
 
-def test_attach_needs_a_stack(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["attach", "some-job"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--stack" in err[0]
+def test_without_a_stack_a_job_command_looks_only_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAMBDAML_HOME", str(tmp_path))
+    for command in ("attach", "status", "logs", "cancel"):
+        assert cli.main([command, "some-job"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"error: no job 'some-job' among the jobs run on this machine ({tmp_path}/jobs); "
+            "for a stack's job add --stack NAME"
+        ], command
 
 
 def test_attach_to_an_unknown_local_stack_is_one_line(
@@ -86,6 +93,7 @@ class _InterruptedBackend:
     """A stack backend stand-in whose launch or wait is where Ctrl-C lands."""
 
     name = "lambda"
+    uses_channel = True
 
     def __init__(self, interrupt_in: str) -> None:
         self.interrupt_in = interrupt_in
@@ -95,9 +103,9 @@ class _InterruptedBackend:
             raise KeyboardInterrupt
         from types import SimpleNamespace
 
-        return SimpleNamespace(job=job, attempt=SimpleNamespace(job_id=job_id, number=1))
+        return SimpleNamespace(job=job, attempt=SimpleNamespace(job_id=job_id, number=1, started_at=0.0))
 
-    def wait(self, run: object, *, on_event: object = None) -> object:
+    def wait(self, run: object, *, on_event: object = None, on_progress: object = None) -> object:
         raise KeyboardInterrupt
 
 

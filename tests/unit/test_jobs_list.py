@@ -59,6 +59,7 @@ def test_the_command_lists_filters_and_prints_json(three_jobs: StorageSpec, caps
     assert cli.main(jobs(three_jobs, "--state", "failed", "--output", "json")) == 0
     assert [s["job_id"] for s in json.loads(capsys.readouterr().out)] == ["mm-mid"]
     assert cli.main(jobs(three_jobs, "--state", "cancelled")) == 0
-    assert capsys.readouterr().out.strip() == "no jobs cancelled"
+    where = f"s3://{three_jobs.bucket}/ at {three_jobs.endpoint_url}"
+    assert capsys.readouterr().out.strip() == f"no jobs cancelled in {where}"  # and where it looked
     assert cli.main(jobs(three_jobs, "--state", "done")) == 1
     assert "invalid choice: 'done'" in capsys.readouterr().err
