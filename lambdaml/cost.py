@@ -47,6 +47,12 @@ def lambda_cost(invocations: Sequence[Invocation], region: str) -> dict[str, Any
     }
 
 
+def lambda_seconds_cost(seconds: float, workers: int, memory_mb: int, region: str) -> float:
+    """``workers`` x86_64 Lambda workers of ``memory_mb`` running ``seconds`` each, at the GB-second price."""
+    price = gb_second_price(prices(region)["lambda"], "x86_64")
+    return float(seconds * workers * memory_mb / KB * price)
+
+
 def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> dict[str, float]:
     """Requests on the channel in dollars; a cache is billed per node-hour for the job's time."""
     table = prices(region)

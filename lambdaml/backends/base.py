@@ -21,10 +21,15 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import JobCancelled, JobFailed
-from lambdaml.runtime import records
+from lambdaml.runtime import machine_jobs, records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import JobResult, WorkerReport, WorkerRow
-from lambdaml.runtime.results import assemble_result, clear_job_channel, lambda_job_cost
+from lambdaml.runtime.results import (
+    assemble_result,
+    clear_job_channel,
+    estimated_cost_fields,
+    lambda_job_cost,
+)
 from lambdaml.runtime.start import begin, job_secret
 from lambdaml.storage import open_storage
 
@@ -39,7 +44,22 @@ class JobEvent:
     elapsed_s: float
 
 
+@dataclass(frozen=True)
+class StepEvent:
+    """Progress from a worker within an epoch: ``epoch`` epochs done, ``step`` of the next one's ``steps`` done.
+
+    Workers report it every so often (a second or so on this machine, every few seconds from a
+    stack's heartbeats), never once per step.
+    """
+
+    rank: int
+    epoch: int
+    step: int
+    steps: int
+
+
 EventCallback = Callable[[JobEvent], None]
+ProgressCallback = Callable[[StepEvent], None]
 
 
 @dataclass
@@ -63,10 +83,11 @@ def known_state(store: Channel, job_id: str) -> dict[str, Any]:
 
 
 def with_heartbeats(store: Channel, job_id: str, job: JobSpec, state: dict[str, Any]) -> dict[str, Any]:
-    """A state record with the heartbeats of its attempt and the job's epochs: what a status shows."""
+    """A state record with the heartbeats of its attempt and the job's epochs: what a status shows
+    (each worker's latest epoch; not the epochs so far its record keeps for a follower)."""
     attempt = int(state.get("attempt", 1))
     beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
-    heartbeats = [json.loads(beats[k]) for k in sorted(beats)]
+    heartbeats = [{k: v for k, v in json.loads(beats[key]).items() if k != "epochs"} for key in sorted(beats)]
     return {**state, "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
 
 
@@ -86,8 +107,13 @@ class Backend(ABC):
         """Claim the job id (or, with ``resume``, its next attempt) and start its workers."""
 
     @abstractmethod
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
-        """Follow the run to its end; return its result record or raise JobFailed (JobCancelled)."""
+    def wait(
+        self, run: Run, *, on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None
+    ) -> JobResult:
+        """Follow the run to its end; return its result record or raise JobFailed (JobCancelled).
+
+        ``on_event`` hears of each rank's epochs as they end, ``on_progress`` of its steps every so often.
+        """
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job's state record, with the heartbeats of its current attempt (``workers``)."""
@@ -104,6 +130,9 @@ class Backend(ABC):
             store.put(keys.job_cancel(job_id, attempt), b"1")
             records.set_status(store, job_id, attempt, records.CANCELLED)
         return records.status(store, job_id)
+
+    def saved(self, run: Run, result: JobResult) -> None:
+        """The run's result file is on this machine, at ``result.result_path``."""
 
     def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
@@ -128,7 +157,9 @@ class MachineBackend(Backend):
         """Start the workers of ``attempt``; return what ``collect`` and ``stop`` need."""
 
     @abstractmethod
-    def collect(self, run: Run, on_event: EventCallback | None) -> list[WorkerReport]:
+    def collect(
+        self, run: Run, on_event: EventCallback | None, on_progress: ProgressCallback | None = None
+    ) -> list[WorkerReport]:
         """Every rank's report in rank order, or raise JobFailed / JobCancelled."""
 
     @abstractmethod
@@ -137,8 +168,9 @@ class MachineBackend(Backend):
 
     def launch(self, job: JobSpec, *, job_id: str | None = None, resume: bool = False) -> Run:
         self.check(job)
-        _, manifest, attempt = begin(job, job_id, resume=resume, check_channel=self.uses_channel)
+        store, manifest, attempt = begin(job, job_id, resume=resume, check_channel=self.uses_channel)
         run = Run(job, attempt, manifest=manifest)
+        machine_jobs.record_start(store, job, attempt, self.name)  # ``lambdaml jobs`` lists it from now
         try:
             run.handle = self.start(job, attempt, job_secret(job) if self.uses_channel else None)
         except BaseException as exc:
@@ -146,10 +178,12 @@ class MachineBackend(Backend):
             raise
         return run
 
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
+    def wait(
+        self, run: Run, *, on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None
+    ) -> JobResult:
         job, attempt = run.job, run.attempt
         try:
-            reports = self.collect(run, on_event)
+            reports = self.collect(run, on_event, on_progress)
         except (JobFailed, JobCancelled, KeyboardInterrupt) as exc:
             self._ended(run, exc)
             raise
@@ -161,14 +195,26 @@ class MachineBackend(Backend):
             job, attempt, run.manifest, reports, wall_s=wall_s, started_at=run.started_at, backend=self.name,
             cost=self.cost,
         )  # fmt: skip
-        records.finish(self.store(), attempt, result)
+        machine_jobs.record_result(result)
+        store = self.store()
+        records.finish(store, attempt, result)
+        machine_jobs.record_state(store, attempt, records.SUCCEEDED)
         return result
+
+    def saved(self, run: Run, result: JobResult) -> None:
+        if result.result_path is not None:
+            machine_jobs.record_result_path(run.attempt.job_id, result.result_path)
 
     def _ended(self, run: Run, exc: BaseException) -> None:
         """Record how the attempt ended (a cancel already did) and clear what it left on its channel."""
         attempt = run.attempt
+        ended, error = records.CANCELLED, None
+        # What it cost up to then, estimated from its run time (a cancel recorded the state without it).
+        fields = estimated_cost_fields(run.job, time.perf_counter() - run.started, self.name)
         if not isinstance(exc, JobCancelled):
             ended = records.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else records.FAILED
-            records.set_status(self.store(), attempt.job_id, attempt.number, ended, error=str(exc) or "interrupted")
+            error = fields["error"] = str(exc) or "interrupted"
+        records.set_status(self.store(), attempt.job_id, attempt.number, ended, **fields)
+        machine_jobs.record_state(self.store(), attempt, ended, error=error)
         if self.uses_channel:
             clear_job_channel(run.job, attempt.job_id, attempt.number)

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lambdaml import aws, aws_errors, catalogue, keys, settings
-from lambdaml.backends.base import Backend, EventCallback, JobEvent, Run
+from lambdaml.backends.base import Backend, EventCallback, JobEvent, ProgressCallback, Run, StepEvent
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.errors import ConfigError, JobCancelled, JobFailed, LambdaMLError
@@ -254,6 +254,37 @@ def _invoke(client: Any, function: str, event: dict[str, Any]) -> dict[str, Any]
     return dict(payload)
 
 
+class HeartbeatReader:
+    """What a follower learns from polling a job's heartbeats: each rank's new epochs, once and in
+    order (a record keeps the epochs so far, so a beat the follower missed loses none), and its steps."""
+
+    def __init__(self) -> None:
+        self.reported: dict[int, int] = {}  # rank -> the last epoch reported
+        self.steps: dict[int, tuple[int, int, int]] = {}  # rank -> (epochs, steps, steps per epoch) last reported
+
+    def read(self, heartbeats: Iterable[dict[str, Any]]) -> tuple[list[JobEvent], list[StepEvent]]:
+        epochs: list[JobEvent] = []
+        steps: list[StepEvent] = []
+        for beat in heartbeats:
+            rank = int(beat["rank"])
+            for epoch, loss, elapsed in _epochs_of(beat):
+                if epoch > self.reported.get(rank, 0):
+                    self.reported[rank] = epoch
+                    epochs.append(JobEvent(rank, epoch, loss, elapsed))
+            at = (int(beat["epoch"]), int(beat.get("step") or 0), int(beat.get("steps") or 0))
+            if at[2] and at != self.steps.get(rank):
+                self.steps[rank] = at
+                steps.append(StepEvent(rank, *at))
+        return sorted(epochs, key=lambda e: (e.epoch, e.rank)), steps
+
+
+def _epochs_of(beat: dict[str, Any]) -> list[tuple[int, float, float]]:
+    """A record's epochs so far; one written before records kept them has its latest epoch alone."""
+    if "epochs" in beat:
+        return [(int(e), float(loss), float(elapsed)) for e, loss, elapsed in beat["epochs"]]
+    return [(int(beat["epoch"]), float(beat["loss"]), float(beat["elapsed_s"]))] if beat.get("epoch") else []
+
+
 def watch(
     job: JobSpec,
     job_id: str,
@@ -261,11 +292,13 @@ def watch(
     stack: Stack,
     *,
     on_event: EventCallback | None = None,
+    on_progress: ProgressCallback | None = None,
     poll_s: float = 0.5,
 ) -> JobResult:
     """Follow an attempt's heartbeats until the job ends; return its result record.
 
-    Each rank's new epoch is reported as a ``JobEvent``, as local workers report theirs.
+    Each rank's epochs are reported as ``JobEvent``s, every one once and in order, and its steps
+    within an epoch as ``StepEvent``s, as local workers report theirs.
 
     Bounded: if neither the status nor any heartbeat changes for the job's sync timeout
     plus a minute, the job is declared stuck. A later attempt of the job ends this one.
@@ -274,20 +307,22 @@ def watch(
     beats = [keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)]
     last_change, last_seen = time.monotonic(), None
     limit = job.sync.timeout_s + 60
-    reported: dict[int, int] = {}  # rank -> the last epoch reported
+    reader = HeartbeatReader()
     while True:
         status = status_of(store, job_id)
         if int(status.get("attempt", 1)) != attempt:
             raise JobFailed(f"job {job_id} attempt {attempt} was superseded by attempt {status.get('attempt')}")
         heartbeats = [json.loads(v) for v in store.get_many(beats).values()]
-        seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h["epoch"]) for h in heartbeats))
+        seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h.get("at")) for h in heartbeats))
         if seen != last_seen:
             last_seen, last_change = seen, time.monotonic()
-        for beat in sorted(heartbeats, key=lambda h: (h["epoch"], h["rank"])):
-            if beat["epoch"] > reported.get(beat["rank"], 0):
-                reported[beat["rank"]] = beat["epoch"]
-                if on_event is not None:
-                    on_event(JobEvent(beat["rank"], beat["epoch"], beat["loss"], beat["elapsed_s"]))
+        epochs, steps = reader.read(heartbeats)
+        for event in epochs:
+            if on_event is not None:
+                on_event(event)
+        for step in steps:
+            if on_progress is not None:
+                on_progress(step)
         state = status.get("state")
         if state == "succeeded":
             key = keys.job_result(job_id)
@@ -418,8 +453,12 @@ class StackBackend(Backend):
         number = int(status_of(store, job_id).get("attempt", 1))
         return Run(job_of(store, job_id), records.read_attempt(store, job_id, number))
 
-    def wait(self, run: Run, *, on_event: EventCallback | None = None) -> JobResult:
-        return watch(run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event)
+    def wait(
+        self, run: Run, *, on_event: EventCallback | None = None, on_progress: ProgressCallback | None = None
+    ) -> JobResult:
+        return watch(
+            run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event, on_progress=on_progress
+        )
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Through the coordinator, as a user without write access to the bucket would."""

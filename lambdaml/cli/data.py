@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from lambdaml.cli.output import console, datasets_table, print_dataset, print_json
+from lambdaml.cli.output import console, datasets_table, plural, print_dataset, print_json
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def data_rm(args: argparse.Namespace) -> int:
 
     storage = _storage(args)
     removed = remove(open_storage(storage), args.name)
-    console.print(f"dataset {args.name} removed from s3://{storage.bucket}/ ({removed} objects)")
+    console.print(f"dataset {args.name} removed from s3://{storage.bucket}/ ({plural(removed, 'object')})")
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lambdaml.cli.output import console, new_table, print_json
+from lambdaml.cli.output import console, new_table, plural, print_json
 from lambdaml.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def _labelled_rows(args: argparse.Namespace, test: str, model: TrainedModel) -> 
 
 
 def print_evaluation(report: dict[str, Any]) -> None:
-    head = f"job {report['job_id']} ({report['model']}) on {report['test']}: {report['rows']} rows"
+    head = f"job {report['job_id']} ({report['model']}) on {report['test']}: {plural(report['rows'], 'row')}"
     if "accuracy" not in report:
         console.print(f"{head}\nmean squared distance to the nearest centroid {report['mean_squared_distance']:.6g}")
         return

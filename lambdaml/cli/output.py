@@ -8,6 +8,7 @@ setting.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -16,11 +17,21 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
+from lambdaml.interrupts import held
+
 if TYPE_CHECKING:
     from rich.table import Table
 
     from lambdaml.data.shards import Manifest
     from lambdaml.runtime.reports import JobResult
+
+
+class _Console(Console):
+    """A Console whose writes a Ctrl-C does not cut in two (the line would be written again)."""
+
+    def _check_buffer(self) -> None:
+        with held():
+            super()._check_buffer()
 
 
 def literal_console(*, stderr: bool = False, width: int | None = None) -> Console:
@@ -29,7 +40,7 @@ def literal_console(*, stderr: bool = False, width: int | None = None) -> Consol
     Lines are not wrapped (the terminal does that), so a path or a number is never split in two;
     tables still fit the console's width.
     """
-    return Console(stderr=stderr, width=width, highlight=False, markup=False, emoji=False, soft_wrap=True)
+    return _Console(stderr=stderr, width=width, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
 console = literal_console()
@@ -43,6 +54,12 @@ def configure(*, quiet: bool, json: bool) -> None:
     progress.quiet, progress.stderr = quiet, json
 
 
+def plural(count: float, noun: str, many: str | None = None, *, spec: str = "") -> str:
+    """A count and its noun, agreeing: ``1 epoch``, ``2 epochs``, ``0 epochs``, ``1.5 epochs``
+    (``many``: a plural that is not the noun and an s). ``spec`` formats the count (``,``, ``g``)."""
+    return f"{count:{spec}} {noun if count == 1 else many or noun + 's'}"
+
+
 def one_line(message: str) -> str:
     """A message as the one line a user error gets: some (botocore's, for one) span several."""
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
@@ -53,7 +70,8 @@ def _accuracy_of(result: JobResult) -> str:
     classes, majority = result.classes, result.majority_accuracy
     if not classes:
         return ""
-    return f" over {classes} classes" + (f" (most common class alone: {majority:.4f})" if majority is not None else "")
+    alone = f" (most common class alone: {majority:.4f})" if majority is not None else ""
+    return f" over {plural(classes, 'class', 'classes')}{alone}"
 
 
 def new_table(title: str, columns: Sequence[str], *, left: int = 1) -> Table:
@@ -103,12 +121,21 @@ def result_table(result: JobResult) -> Table:
 
 
 def print_result(result: JobResult) -> None:
-    console.print(result_table(result))
+    """A finished job: the per-worker table, then its results (accuracy, time and model, cost, result file).
+
+    Under -q only the results: the table and how the collective was chosen are details.
+    """
+    details = not progress.quiet
+    if details:
+        console.print(result_table(result))
     if result.test_accuracy is not None:
         console.print(
             f"test accuracy {result.test_accuracy:.4f}{_accuracy_of(result)}  test loss {result.test_loss:.5f}"
         )
-    console.print(f"job {result.job_id} finished in {result.wall_time_s:.1f}s; model at {result.model_uri}")
+    took = f"{result.wall_time_s:.1f}s"
+    if result.attempt > 1 and result.attempts_wall_time_s is not None:  # a resumed job: every attempt's time too
+        took += f" ({result.attempts_wall_time_s:.1f}s over {plural(result.attempt, 'attempt')})"
+    console.print(f"job {result.job_id} finished in {took}; model at {result.model_uri}")
     cost = result.cost
     if cost and "ec2" in cost:
         ec2 = cost["ec2"]
@@ -119,13 +146,13 @@ def print_result(result: JobResult) -> None:
     elif cost:
         lam, channel = cost["lambda"], cost["channel"]
         console.print(
-            f"cost ${cost['total_dollars']:.6f}: Lambda {lam['invocations']} invocations "
+            f"cost ${cost['total_dollars']:.6f}: Lambda {plural(lam['invocations'], 'invocation')} "
             f"({lam['cold_starts']} cold), {lam['gb_seconds']:.2f} GB-s "
-            f"(${lam['dollars']:.6f}); {channel['kind']} {int(channel['requests'])} requests "
+            f"(${lam['dollars']:.6f}); {channel['kind']} {plural(int(channel['requests']), 'request')} "
             f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
         )
     chose = result.spec.get("sync", {}).get("pattern") == "auto"
-    if chose and result.pattern is not None and result.predicted_round_s is not None:
+    if details and chose and result.pattern is not None and result.predicted_round_s is not None:
         from lambdaml.comm.trial import faster_than_kept, rounds_text
 
         rounds = result.trial_round_s or {}
@@ -158,8 +185,9 @@ def print_json_line(data: object) -> None:
 def print_dataset(manifest: Manifest, bucket: str) -> None:
     """The one line ``data prepare`` (and the demo) ends with: what was written, and where."""
     console.print(
-        f"dataset {manifest.name} ({manifest.format}): {manifest.train_rows} training rows in {manifest.shards} "
-        f"shards, {manifest.test_rows} test rows, {manifest.n_features} features, {manifest.n_classes} classes "
+        f"dataset {manifest.name} ({manifest.format}): {plural(manifest.train_rows, 'training row')} in "
+        f"{plural(manifest.shards, 'shard')}, {plural(manifest.test_rows, 'test row')}, "
+        f"{plural(manifest.n_features, 'feature')}, {plural(manifest.n_classes, 'class', 'classes')} "
         f"-> s3://{bucket}/datasets/{manifest.name}/ (version {manifest.dataset_version})"
     )
 
@@ -190,7 +218,7 @@ def _print_profile(measured: dict[str, Any]) -> None:
     cores = faas.get("shared_cores")
     console.print(
         f"worker start-up {faas['cold_start_s']['numpy']:.2f} s (+{faas['invoke_s']:.2f} s per further worker)"
-        + (f"; workers share {cores:g} cores" if cores else ""),
+        + (f"; workers share {plural(cores, 'core', spec='g')}" if cores else ""),
     )
 
 
@@ -200,15 +228,54 @@ _PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR", "scatter_reduce_2d"
 _ARCH_SHORT = {"x86_64": "x86", "arm64": "arm"}
 
 
-def advice_table(advice: Any, *, every: bool) -> Table:
-    """The configurations the advisor predicted, fastest first; ``*`` marks the Pareto front."""
+#: At most this many more decimals tell two starred rows' figures apart; past it a line says what does.
+_MORE_DIGITS = 2
+
+
+def _starred_digits(rows: Sequence[tuple[Any, bool]]) -> tuple[dict[int, tuple[int, int]], bool]:
+    """Extra decimals of time and cost for starred rows whose shown figures would read the same as
+    the next starred row's (a front row is faster than the next one and dearer: both figures must
+    show it), and whether some pair stays alike even so."""
     from analytic_model.advisor import format_money, format_time
 
+    starred = [p for p, best in rows if best]
+    extra = {id(p): [0, 0] for p in starred}
+    alike = False
+    for a, b in itertools.pairwise(starred):
+        for i, (fmt, x, y) in enumerate(((format_time, a.time_s, b.time_s), (format_money, a.cost, b.cost))):
+            more = 0
+            while more <= _MORE_DIGITS and fmt(x, more) == fmt(y, more):
+                more += 1
+            if more > _MORE_DIGITS:  # more digits would not tell them apart: a line says what does
+                alike = True
+                continue
+            for p in (a, b):
+                extra[id(p)][i] = max(extra[id(p)][i], more)
+    return {k: (t, c) for k, (t, c) in extra.items()}, alike
+
+
+def _advice_rows(advice: Any, *, every: bool) -> list[tuple[Any, bool]]:
+    if not every:
+        return list(advice.summary_rows())
     front = {id(p) for p in advice.pareto}
-    rows = [(p, id(p) in front) for p in sorted(advice.rows, key=lambda p: (p.time_s, p.cost))]
+    return [(p, id(p) in front) for p in advice.distinct]
+
+
+def advice_table(advice: Any, *, every: bool) -> Table:
+    """The configurations the advisor predicted, fastest first; ``*`` marks the Pareto front.
+
+    Rows of the same figures over several channels are one (``redis|memcached``); "start" is all but
+    computing and communicating (start-up, loading, checkpoints, heartbeats, fresh invocations),
+    so start, compute and comm add up to the time.
+    """
+    from analytic_model.advisor import format_money, format_time
+
+    rows = _advice_rows(advice, every=every)
+    digits, _ = _starred_digits(rows)
     title = "every configuration" if every else "the Pareto front (*) and the fastest of each channel and instance type"
     table = new_table(title, ("", "configuration", "time", "cost", "start", "compute", "comm"), left=2)
-    for p, best in rows if every else advice.summary_rows():
+    table.padding = (0, 0, 0, 0)  # one space between columns: a merged row's name is long
+    for p, best in rows:
         t = p.time
         if p.platform == "faas":
             option = f"{p.option}~" if p.notes else p.option  # "~": modelled only, said under the table
@@ -218,14 +285,15 @@ def advice_table(advice: Any, *, every: bool) -> Table:
             where = f"FaaS {p.workers:>3}{how} {p.memory_mb}MB{arch}"
         else:
             where = f"IaaS {p.workers:>3} {p.option}"
+        more_time, more_cost = digits.get(id(p), (0, 0))
         table.add_row(
             "*" if best else "",
             where,
-            format_time(p.time_s),
-            format_money(p.cost),
-            format_time(t["startup_s"] + t["load_s"]),
+            format_time(p.time_s, more_time),
+            format_money(p.cost, more_cost),
+            format_time(max(0.0, p.time_s - t["compute_s"] - t["communicate_s"])),
             format_time(t["compute_s"]),
-            format_time(t["communicate_s"] + t.get("checkpoint_s", 0.0) + t.get("continuation_s", 0.0)),
+            format_time(t["communicate_s"]),
         )
     return table
 
@@ -235,12 +303,14 @@ def _print_advice(advice: Any, *, every: bool) -> None:
     console.print(
         Text.assemble(
             (w.model, "bold"),
-            f" with {w.algorithm}: {w.samples:,} samples, {w.dataset_bytes / 1e9:.3g} GB, "
-            f"{w.rounds or w.epochs:g} {'rounds' if w.rounds else 'epochs'}; region {advice.region}, "
+            f" with {w.algorithm}: {plural(w.samples, 'sample', spec=',')}, {w.dataset_bytes / 1e9:.3g} GB, "
+            f"{plural(w.rounds or w.epochs, 'round' if w.rounds else 'epoch', spec='g')}; region {advice.region}, "
             f"profile {advice.target}",
         ),
     )
     console.print(advice_table(advice, every=every))
+    if _starred_digits(_advice_rows(advice, every=every))[1]:
+        console.print("* rows that read alike: the upper is faster, the lower cheaper, by less than the digits shown")
     for note in sorted({note for p in advice.rows for note in p.notes}):
         kinds = sorted({p.option for p in advice.rows if note in p.notes})
         console.print(f"~ {', '.join(kinds)}: {note} (a prediction for a channel lambdaml cannot run)")
@@ -253,36 +323,58 @@ def _print_advice(advice: Any, *, every: bool) -> None:
             "(the profile's uncertainty; --json gives every row's)"
         )
     if advice.skipped:
-        console.print(f"{len(advice.skipped)} configurations skipped (e.g. {advice.skipped[0]})")
+        console.print(f"{plural(len(advice.skipped), 'configuration')} skipped (e.g. {advice.skipped[0]})")
     console.print(advice.recommendation)
 
 
 def status_table(status: dict[str, Any]) -> Table:
-    """A job's workers as their last heartbeats tell."""
-    table = new_table("workers", ("rank", "epoch", "loss", "invocation"), left=0)
+    """A job's workers as their last heartbeats tell: epochs done, the last loss, the steps done of the next epoch."""
+    table = new_table("workers", ("rank", "epoch", "loss", "step", "invocation"), left=0)
     for beat in status["heartbeats"]:
+        steps, loss = beat.get("steps"), beat.get("loss")
         table.add_row(
-            str(beat["rank"]), f"{beat['epoch']}/{status['epochs']}", f"{beat['loss']:.5f}", str(beat["invocation"])
+            str(beat["rank"]),
+            f"{beat['epoch']}/{status['epochs']}",
+            "-" if loss is None else f"{loss:.5f}",
+            f"{beat.get('step', 0)}/{steps}" if steps else "-",
+            str(beat["invocation"]),
         )
     return table
 
 
 def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
-    """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known."""
-    from analytic_model.advisor import format_money, format_time
+    """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known
+    (``~``: a job that ended without a result, its cost estimated from its workers' run time)."""
+    from analytic_model.advisor import format_time
 
     table = new_table("jobs", ("job", "state", "try", "age", "took", "cost"), left=2)
     for s in summaries:
-        cost = s["cost_dollars"]
         table.add_row(
             s["job_id"],
             s["state"],
             str(s["attempt"]),
             format_time(max(0.0, now - s["created_at"])),
             format_time(s["duration_s"]),
-            "-" if cost is None else format_money(cost),
+            cost_text(s),
         )
+    if any(s.get("cost_estimated") and s["cost_dollars"] is not None for s in summaries):
+        # Under the table, whole: a caption would wrap to a narrow table's width.
+        table.caption, table.caption_justify = Text(ESTIMATED, no_wrap=True, overflow="ignore"), "left"
     return table
+
+
+#: What a ``~`` before a cost says.
+ESTIMATED = "~ estimated from the workers' run time (the job ended without its bill)"
+
+
+def cost_text(record: dict[str, Any]) -> str:
+    """A job record's cost: ``$0.001234``, ``~$0.000800`` for an estimate, ``-`` while unknown."""
+    from analytic_model.advisor import format_money
+
+    cost = record.get("cost_dollars")
+    if cost is None:
+        return "-"
+    return ("~" if record.get("cost_estimated") else "") + format_money(cost)
 
 
 def datasets_table(found: Sequence[dict[str, Any]]) -> Table:

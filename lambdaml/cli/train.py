@@ -6,16 +6,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from lambdaml.cli.output import console, errors, one_line, print_json, print_result, progress
+from lambdaml.cli.output import console, errors, one_line, plural, print_json, print_result, progress
 from lambdaml.errors import ConfigError, LambdaMLError
 
 if TYPE_CHECKING:
-    from lambdaml.backends import JobEvent
     from lambdaml.runtime.reports import JobResult
     from lambdaml.tracking import TrackedRun
 
@@ -70,10 +68,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: argparse.Namespace) -> int:
-    """Start a stack's job and follow it; Ctrl-C while starting says so, since the job may or may not exist yet."""
-    from lambdaml.driver import follow_job
+    """Start a stack's job and follow it; Ctrl-C while starting says so, since the job may or may not exist yet.
 
-    announce(job, backend, job_id, "resuming" if resume else "job")
+    Nothing is printed before the coordinator took the job: a job it refuses gets its error alone.
+    """
     try:
         run = backend.launch(job, job_id=job_id, resume=resume)
     except KeyboardInterrupt:
@@ -82,27 +80,27 @@ def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: a
             f"lambdaml status {job_id} --stack {args.stack}"
         )
         return 130
+    announce(job, backend, job_id, "resuming" if resume else "job")
     try:
-        result = follow_job(
-            backend, run, on_event=epoch_printer(job), results_dir=args.results_dir, on_tracked=tracked_printer
-        )
+        result = follow(backend, run, results_dir=args.results_dir)
     except KeyboardInterrupt:
         return interrupted(backend, job_id, args)
     return report(result, args.output)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    """Follow a stack's job started earlier, ending as ``train`` would have."""
+    """Follow a stack's job started earlier (or, without --stack, one running here), ending as ``train`` would have."""
+    if args.stack is None:
+        from lambdaml.cli.stack import attach_here
+
+        return attach_here(args)
     from lambdaml.backends.stack import StackBackend, resolve_stack
-    from lambdaml.driver import follow_job
 
     backend = StackBackend(resolve_stack(args.stack))
     run = backend.attach(args.job_id)
     announce(run.job, backend, args.job_id, "attached to")
     try:
-        result = follow_job(
-            backend, run, on_event=epoch_printer(run.job), results_dir=args.results_dir, on_tracked=tracked_printer
-        )
+        result = follow(backend, run, results_dir=args.results_dir)
     except KeyboardInterrupt:
         return interrupted(backend, args.job_id, args)
     return report(result, args.output)
@@ -157,12 +155,14 @@ def report(result: JobResult, output: str) -> int:
 
 def announce(job: Any, backend: Any, job_id: str, verb: str) -> None:
     """The line a followed job starts with: what trains, where, and how it synchronizes."""
-    where = f"{job.workers} workers" if backend.name != "lambda" else f"{job.workers} Lambda workers"
+    where = plural(job.workers, "Lambda worker" if backend.name == "lambda" else "worker")
+    if backend.uses_channel:
+        how = f"over {job.channel.kind} ({job.sync.protocol}, {job.sync.pattern})"
+    else:  # torch.distributed's collectives: no channel, and gloo's own patterns
+        how = f"over gloo ({job.sync.protocol})"
     progress.print(
         Text.assemble(
-            f"{verb} {job_id}: training ",
-            (job.model.name, "bold"),
-            f" with {job.algorithm.name} on {where} over {job.channel.kind} ({job.sync.protocol}, {job.sync.pattern})",
+            f"{verb} {job_id}: training ", (job.model.name, "bold"), f" with {job.algorithm.name} on {where} {how}"
         )
     )
 
@@ -172,28 +172,27 @@ def tracked_printer(run: TrackedRun) -> None:
     progress.print(run.describe())
 
 
-def epoch_printer(job: Any) -> Callable[[JobEvent], None]:
-    """Rank 0's epochs as they end: the loss is global, so one line per epoch."""
-    epochs = job.algorithm.epochs
+def follow(backend: Any, run: Any, *, results_dir: str | None) -> JobResult:
+    """Follow a launched run to its result, showing its epochs and progress meanwhile."""
+    from lambdaml.cli.progress import progress_of
+    from lambdaml.driver import follow_job
 
-    def on_event(event: JobEvent) -> None:
-        if event.rank == 0:
-            progress.print(f"  epoch {event.epoch:>3}/{epochs}  loss {event.loss:.5f}  {event.elapsed_s:7.2f}s")
-
-    return on_event
+    with progress_of(run.job, backend.name, started_at=run.attempt.started_at) as shown:
+        return follow_job(
+            backend,
+            run,
+            on_event=shown.epoch,
+            on_progress=shown.steps,
+            results_dir=results_dir,
+            on_tracked=tracked_printer,
+        )
 
 
 def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> JobResult:
-    """Run a job through the driver (any backend), printing rank 0's epochs as they end."""
-    from lambdaml.driver import run_job
+    """Start a job (any backend) and follow it to its result, printing its epochs and progress.
 
+    Nothing is printed before the job started: a job refused by the backend's checks gets its error alone.
+    """
+    run = backend.launch(job, job_id=job_id, resume=resume)
     announce(job, backend, job_id, "resuming" if resume else "job")
-    return run_job(
-        job,
-        job_id=job_id,
-        backend=backend,
-        resume=resume,
-        on_event=epoch_printer(job),
-        results_dir=results_dir,
-        on_tracked=tracked_printer,
-    )
+    return follow(backend, run, results_dir=results_dir)

@@ -30,7 +30,7 @@ from lambdaml.runtime.heartbeat import heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.registry import TableRegistry
 from lambdaml.runtime.reports import Continuation
-from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports
+from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports, estimated_cost_fields
 from lambdaml.runtime.start import begin, job_secret
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage, put_json
@@ -96,7 +96,7 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
             return _start(event, invoker, resume=action == "resume")
         job = parse_job(event["job"], "job") if "job" in event else None
         store = open_storage(job.storage) if job else None
-        if store is None or "job_id" not in event:
+        if job is None or store is None or "job_id" not in event:
             raise ConfigError(f"'{action}' needs 'job' and 'job_id'")
         if action not in ("cancel", "status"):
             raise ConfigError(f"unknown action {action!r}; known: start, resume, cancel, status")
@@ -105,10 +105,19 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
         if action == "cancel" and current.get("state") == records.RUNNING:
             attempt = int(current.get("attempt", 1))
             store.put(keys.job_cancel(job_id, attempt), b"1")
-            records.set_status(store, job_id, attempt, records.CANCELLED)
+            records.set_status(store, job_id, attempt, records.CANCELLED, **_cost_so_far(store, job, job_id, attempt))
         return records.status(store, job_id)
     except LambdaMLError as exc:
         return {"state": "rejected", "error": str(exc)}
+
+
+def _cost_so_far(store: Channel, job: JobSpec, job_id: str, attempt: int) -> dict[str, Any]:
+    """The cost fields of an attempt that ends here without its result: estimated from its run time so far."""
+    try:
+        started = records.read_attempt(store, job_id, attempt).started_at
+    except LambdaMLError:  # no attempt record to time it by: recorded without a cost
+        return {}
+    return estimated_cost_fields(job, time.time() - started, "lambda")
 
 
 def _start(event: dict[str, Any], invoker: Invoker, *, resume: bool) -> dict[str, Any]:
@@ -208,7 +217,8 @@ def _worker_gave_up(record: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
             error += f": {error_type}: {' '.join(message.split())}"
         if error_type == "Runtime.OutOfMemory":
             error += "; give the workers more memory (WorkerMemoryMB) or use more of them"
-        records.set_status(store, job_id, attempt, records.FAILED, error=error)  # guarded: never over an ending
+        cost = _cost_so_far(store, job, job_id, attempt)
+        records.set_status(store, job_id, attempt, records.FAILED, error=error, **cost)  # guarded: never over an ending
         return {"job_id": job_id, "state": "failed"}
     invoker.invoke_async(payload["worker_function"], {**payload, "invocation": invocation + 1})
     return {"job_id": job_id, "state": "running", "resumed_rank": rank}
@@ -257,17 +267,31 @@ def work(
             invocation=invocation,
             every_s=job.runtime.heartbeat_every_s,
             final_epoch=job.algorithm.epochs,
+            continued=True,  # a continuation, or a retry: the rank's record keeps its epochs so far
         )
-        report = run_worker(
-            job, attempt, rank, secret=secret, on_epoch=beat, store=store, channel=channel, lifetime=lifetime
-        )
+        try:
+            report = run_worker(
+                job,
+                attempt,
+                rank,
+                secret=secret,
+                on_epoch=beat,
+                on_step=beat.step,
+                store=store,
+                channel=channel,
+                lifetime=lifetime,
+            )
+        finally:
+            beat.settle()
     except JobCancelled:
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)
         reason = {"reason": "diverged"} if isinstance(exc, Diverged) else {}
-        records.set_status(store, job_id, attempt.number, records.FAILED, error=f"worker {rank}: {exc}", **reason)
+        cost = estimated_cost_fields(job, time.time() - attempt.started_at, "lambda", memory_mb=lifetime.memory_mb)
+        error = f"worker {rank}: {exc}"
+        records.set_status(store, job_id, attempt.number, records.FAILED, error=error, **reason, **cost)
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
     if isinstance(report, Continuation):

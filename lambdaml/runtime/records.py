@@ -48,6 +48,7 @@ class Attempt:
     started_at: float
     resume: ResumePoint | None = None
     nonce: str = ""  # tells this attempt's claim from another's with the same number
+    earlier_s: float = 0.0  # how long the job's earlier attempts ran, together
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +64,7 @@ class Attempt:
                 started_at=float(data["started_at"]),
                 resume=None if resume is None else ResumePoint(int(resume["attempt"]), int(resume["round"])),
                 nonce=str(data.get("nonce", "")),
+                earlier_s=float(data.get("earlier_s", 0.0)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CodecError(f"{what} is malformed: {exc}") from None
@@ -279,8 +281,10 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
     previous = read_attempt(store, job_id, int(record.get("attempt", 1)))
     if state == SUCCEEDED:
         raise ConfigError(f"job {job_id!r} has finished; there is nothing to resume")
+    ended = float(record.get("updated_at", previous.started_at))
     if state == RUNNING:
-        quiet = time.time() - last_sign_of_life(store, job, previous, record)
+        ended = last_sign_of_life(store, job, previous, record)
+        quiet = time.time() - ended
         if quiet < stale_after_s:
             raise ConfigError(
                 f"job {job_id!r} is still running (attempt {previous.number}, heard from {quiet:.0f}s ago); "
@@ -291,8 +295,9 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
     # Nothing every rank checkpointed in the last attempt: start again where it started.
     point = ResumePoint(previous.number, max(common)) if common else previous.resume
     attempt = Attempt(
-        job_id, previous.number + 1, previous.dataset_version, time.time(), point, nonce=secrets.token_hex(8)
-    )
+        job_id, previous.number + 1, previous.dataset_version, time.time(), point, nonce=secrets.token_hex(8),
+        earlier_s=previous.earlier_s + max(0.0, ended - previous.started_at),
+    )  # fmt: skip
     if not _create(store, keys.job_attempt(job_id, attempt.number), attempt.to_json()):
         raise ConfigError(f"job {job_id!r} is being resumed by someone else (attempt {attempt.number})")
     set_status(

@@ -48,6 +48,8 @@ class JobRecord:
     result_key: str | None = None
     model_uri: str | None = None
     cost_dollars: float | None = None
+    # The cost of a job that ended without a result: estimated from its workers' run time.
+    cost_estimated: bool = False
     error: str | None = None
 
     @classmethod
@@ -71,6 +73,7 @@ class JobRecord:
             result_key=optional("result_key", str),
             model_uri=optional("model_uri", str),
             cost_dollars=optional("cost_dollars", float),
+            cost_estimated=str(record.get("cost_estimated")).lower() == "true",  # a table's item keeps it as text
             error=optional("error", str),
         )
 

@@ -342,7 +342,7 @@ class JobResult(Record):
     backend: str = "lambda"  # results from before backends were named came from Lambda
     started_at: str
     finished_at: str
-    wall_time_s: float
+    wall_time_s: float  # this attempt's
     spec: dict[str, Any]  # the job's JSON, as in its job file
     dataset: DatasetInfo
     model_uri: str
@@ -360,6 +360,8 @@ class JobResult(Record):
     pattern: str | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
     predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)
     trial_round_s: dict[str, float] | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
+    # A resumed job's wall time over all its attempts, this one's included.
+    attempts_wall_time_s: float | None = field(default=None, metadata=OPTIONAL)
     # Where save_result wrote the record (the file itself does not say).
     result_path: str | None = field(default=None, metadata=OPTIONAL)
 

@@ -17,7 +17,7 @@ from typing import Any
 from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
-from lambdaml.cost import job_cost
+from lambdaml.cost import ec2_cost, job_cost, lambda_seconds_cost
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import CodecError, ConfigError, LambdaMLError
 from lambdaml.runtime.records import Attempt
@@ -60,6 +60,29 @@ def check_results_dir(results_dir: str | Path | None) -> None:
         raise ConfigError(f"--results-dir {folder}: a file of that name is in the way, not a directory") from None
     except OSError as exc:
         raise ConfigError(f"--results-dir {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def run_time_cost(job: JobSpec, seconds: float, backend: str, *, memory_mb: int | None = None) -> float:
+    """What ``seconds`` of a job's run cost, estimated from its workers' time alone (what a job that
+    is running, or ended before its result, is priced by): W EC2 instances on IaaS backends; on the
+    others W Lambda workers of ``memory_mb`` (default: the job's ``runtime.memory_mb``). Channel
+    requests and start-ups are not counted."""
+    if backend.startswith("iaas"):
+        return float(ec2_cost(job.iaas.instance_type, job.workers, seconds, job.storage.region)["total_dollars"])
+    return lambda_seconds_cost(seconds, job.workers, memory_mb or job.runtime.memory_mb, job.storage.region)
+
+
+def estimated_cost_fields(
+    job: JobSpec, seconds: float, backend: str, *, memory_mb: int | None = None
+) -> dict[str, Any]:
+    """The state record's cost of a job that ended without a result (failed, cancelled, interrupted):
+    estimated from its run time, and said to be; nothing where it cannot be priced."""
+    try:
+        cost = run_time_cost(job, max(seconds, 0.0), backend, memory_mb=memory_mb)
+    except LambdaMLError as exc:  # a region the price table lacks: the ending is recorded all the same
+        log.warning("job cost not estimated: %s", exc)
+        return {}
+    return {"cost_dollars": cost, "cost_estimated": True}
 
 
 def save_result(result: JobResult, results_dir: str | Path | None) -> JobResult:
@@ -154,6 +177,7 @@ def assemble_result(
         pattern=lead.pattern,
         predicted_round_s=lead.predicted_round_s,
         trial_round_s=lead.trial_round_s,
+        attempts_wall_time_s=attempt.earlier_s + wall_s if attempt.number > 1 else None,
     )
 
 

@@ -36,7 +36,7 @@ from lambdaml.models.card import ModelCard, bundle_hash
 from lambdaml.runtime import checkpoint as ckpt
 from lambdaml.runtime.checkpoint import Position
 from lambdaml.runtime.heap import keep_freed_buffers
-from lambdaml.runtime.heartbeat import EpochCallback
+from lambdaml.runtime.heartbeat import EpochCallback, StepCallback
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import Accuracy, AsyncStats, Continuation, Memory, Times, Traffic, WorkerReport
 from lambdaml.storage import open_storage, put_json
@@ -115,6 +115,7 @@ def run_worker(
     *,
     secret: bytes | None = None,
     on_epoch: EpochCallback | None = None,
+    on_step: StepCallback | None = None,
     channel: Channel | None = None,
     comm: Communicator | None = None,
     store: Channel | None = None,
@@ -126,7 +127,8 @@ def run_worker(
     through a channel communicator over ``channel`` or the job's channel, its values
     authenticated with ``secret`` when given. On Lambda (``lifetime.on_lambda``) the run
     first looks for this rank's own checkpoint in its attempt; a resumed attempt starts from
-    the checkpoint its record names.
+    the checkpoint its record names. ``on_epoch`` hears of every epoch's end, ``on_step`` of every
+    step (epochs done, steps done in the running epoch, steps per epoch): the progress a job shows.
     """
     keep_freed_buffers()
     # A diverging run is caught explicitly (Diverged) before a NaN leaves the worker; numpy's
@@ -138,6 +140,7 @@ def run_worker(
             rank,
             secret=secret,
             on_epoch=on_epoch,
+            on_step=on_step,
             channel=channel,
             comm=comm,
             store=store,
@@ -152,6 +155,7 @@ def _run_worker(
     *,
     secret: bytes | None,
     on_epoch: EpochCallback | None,
+    on_step: StepCallback | None,
     channel: Channel | None,
     comm: Communicator | None,
     store: Channel | None,
@@ -283,6 +287,8 @@ def _run_worker(
             step_started = time.perf_counter()
             state.step(X[rows], y[rows])
             slowest_step = max(slowest_step, time.perf_counter() - step_started)
+            if on_step is not None:
+                on_step(rank, epoch, step + 1, steps)
         loss = float(state.end_epoch(epoch))
         if not math.isfinite(loss):
             raise Diverged(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")

@@ -7,6 +7,7 @@ crash rich's markup parser with a traceback, and ``[blink]HELLO`` printed as ``H
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -80,7 +81,8 @@ def test_a_failure_the_stack_reports_is_printed_literally(
 
     monkeypatch.setattr(remote, "resolve_stack", lambda *args, **kwargs: object())
     monkeypatch.setattr(remote, "bind", lambda *args, **kwargs: job)
-    monkeypatch.setattr(remote.StackBackend, "launch", lambda self, job, **kwargs: object())
+    run = SimpleNamespace(job=job, attempt=SimpleNamespace(job_id="job-1", number=1, started_at=0.0))
+    monkeypatch.setattr(remote.StackBackend, "launch", lambda self, job, **kwargs: run)
     monkeypatch.setattr(remote.StackBackend, "wait", wait)
     assert cli.main(["train", str(path), "--stack", "s", "--job-id", "job-1"]) == 1
     err = capsys.readouterr().err
