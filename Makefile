@@ -37,6 +37,12 @@ lint: setup
 cli-docs: setup
 	$(BIN)/python -m lambdaml.cli.reference > docs/cli.md
 
+# The outputs README.md and docs/ show, rewritten from real runs of their commands on loopback
+# (a few minutes: the tour, the local stack, the demo); not part of `make test`, which checks them.
+.PHONY: docs-outputs
+docs-outputs: setup
+	$(BIN)/python bench/docs_outputs.py
+
 format: setup
 	$(BIN)/ruff check --fix $(SRC)
 	$(BIN)/ruff format $(SRC)

@@ -30,25 +30,42 @@ DEFAULT_MEMORY_MB = (1769, 3008, 10240)
 FAAS_CHANNELS = ("s3", "redis", "memcached", "dynamodb")
 
 
+#: Rows whose time, cost and every part of the time agree to this fraction of the time (and cost)
+#: are one row: far inside what the table shows and the profile's uncertainty.
+SAME_FIGURES = 1e-3
+
+
 @dataclass
 class Advice:
+    """Every predicted configuration (``rows``); what is chosen among them reads ``distinct``: rows
+    that differ only in channel or instance type and predict the same figures are one row there,
+    naming each option (``redis|memcached``)."""
+
     workload: Workload
     region: str
     target: str
     rows: list[Prediction]
     skipped: list[str] = field(default_factory=list)
+    # The merged rows, kept with the rows they were made of: what is chosen is told apart by identity.
+    _merged: tuple[list[Prediction], list[Prediction]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def distinct(self) -> list[Prediction]:
+        if self._merged is None or self._merged[0] != self.rows:
+            self._merged = (list(self.rows), merge_same(self.rows))
+        return self._merged[1]
 
     @property
     def pareto(self) -> list[Prediction]:
-        return pareto_front(self.rows)
+        return pareto_front(self.distinct)
 
     @property
     def fastest(self) -> Prediction:
-        return min(self.rows, key=lambda p: (p.time_s, p.cost))
+        return min(self.distinct, key=lambda p: (p.time_s, p.cost))
 
     @property
     def cheapest(self) -> Prediction:
-        return min(self.rows, key=lambda p: (p.cost, p.time_s))
+        return min(self.distinct, key=lambda p: (p.cost, p.time_s))
 
     @property
     def recommended(self) -> Prediction:
@@ -67,9 +84,15 @@ class Advice:
 
     @property
     def runner_up(self) -> Prediction | None:
-        """The best row by the same measure as ``recommended`` over another option (channel or instance type)."""
+        """The best row by the same measure as ``recommended`` over another option (channel or instance
+        type), whose figures are not the recommended row's (those would be one choice, not two)."""
         best = self.recommended
-        others = [p for p in self.rows if (p.platform, p.option) != (best.platform, best.option)]
+        mine = {(best.platform, o) for o in options_of(best)}
+        others = [
+            p
+            for p in self.distinct
+            if not mine & {(p.platform, o) for o in options_of(p)} and not same_figures(p, best)
+        ]
         return min(others, key=lambda p: (p.time_s * p.cost, p.time_s)) if others else None
 
     @property
@@ -102,7 +125,8 @@ class Advice:
         return line
 
     def to_dict(self) -> dict[str, Any]:
-        front = {id(p) for p in self.pareto}
+        front = {(p.platform, p.workers, p.pattern, p.memory_mb, p.architecture, option)
+                 for p in self.pareto for option in options_of(p)}  # fmt: skip
         return {
             "workload": self.workload.__dict__,
             "region": self.region,
@@ -112,7 +136,13 @@ class Advice:
             "recommended": self.recommended.to_dict(),
             "too_close_to_call": [p.label for p in close] if (close := self.too_close_to_call) else None,
             "pareto": [p.to_dict() for p in self.pareto],
-            "rows": [{**p.to_dict(), "pareto": id(p) in front} for p in self.rows],
+            "rows": [
+                {
+                    **p.to_dict(),
+                    "pareto": (p.platform, p.workers, p.pattern, p.memory_mb, p.architecture, p.option) in front,
+                }
+                for p in self.rows
+            ],
             "skipped": self.skipped,
         }
 
@@ -123,10 +153,13 @@ class Advice:
         """The Pareto front plus the fastest row of every channel and instance type, by time."""
         front = self.pareto
         keep = {id(p): p for p in front}
-        for option in {(r.platform, r.option) for r in self.rows}:
-            best = self.best(option[0], option=option[1])
-            if best is not None:
-                keep.setdefault(id(best), best)
+        rows = self.distinct
+        for platform, option in {(r.platform, o) for r in rows for o in options_of(r)}:
+            best = min(
+                (r for r in rows if r.platform == platform and option in options_of(r)),
+                key=lambda p: (p.time_s, p.cost),
+            )
+            keep.setdefault(id(best), best)
         members = {id(p) for p in front}
         return [(p, id(p) in members) for p in sorted(keep.values(), key=lambda p: (p.time_s, p.cost))]
 
@@ -169,6 +202,50 @@ def pareto_front(rows: Iterable[Prediction]) -> list[Prediction]:
         if not front or row.cost < front[-1].cost:
             front.append(row)
     return front
+
+
+def options_of(row: Prediction) -> list[str]:
+    """The channels or instance types a (merged) row stands for."""
+    return row.option.split("|")
+
+
+def same_figures(a: Prediction, b: Prediction) -> bool:
+    """Whether two rows predict the same: time, cost and each part of the time within ``SAME_FIGURES``."""
+    scale = max(a.time_s, b.time_s)
+    parts = a.time.keys() | b.time.keys()
+    return (
+        math.isclose(a.time_s, b.time_s, rel_tol=SAME_FIGURES)
+        and math.isclose(a.cost, b.cost, rel_tol=SAME_FIGURES)
+        and all(abs(a.time.get(k, 0.0) - b.time.get(k, 0.0)) <= SAME_FIGURES * scale for k in parts)
+    )
+
+
+def merge_same(rows: Iterable[Prediction]) -> list[Prediction]:
+    """Rows that differ only in channel or instance type and predict the same figures, as one row
+    with the first's figures naming every option, fastest first (``redis|memcached``); the rest as they are."""
+    groups: dict[tuple[Any, ...], list[list[Prediction]]] = {}
+    for row in sorted(rows, key=lambda p: (p.time_s, p.cost)):
+        key = (
+            row.platform,
+            row.workers,
+            row.pattern,
+            row.memory_mb,
+            row.architecture,
+            row.label_architecture,
+            row.notes,
+        )
+        alike = groups.setdefault(key, [])
+        group = next((g for g in alike if same_figures(g[0], row)), None)
+        if group is None:
+            alike.append([row])
+        else:
+            group.append(row)
+    merged = [
+        g[0] if len(g) == 1 else replace(g[0], option="|".join(p.option for p in g))
+        for alike in groups.values()
+        for g in alike
+    ]
+    return sorted(merged, key=lambda p: (p.time_s, p.cost))
 
 
 def advise(
@@ -325,7 +402,8 @@ def epochs_to_target(result: dict[str, Any], target_loss: float) -> float:
             return float(point["epoch"])
     best = min(p["loss"] for p in curve if p.get("loss") is not None)
     raise ConfigError(
-        f"the run never reached loss {target_loss:g} in {len(curve)} epochs (best {best:.5f}); "
+        f"the run never reached loss {target_loss:g} in {len(curve)} epoch{'' if len(curve) == 1 else 's'} "
+        f"(best {best:.5f}); "
         "run it longer or pick a higher target"
     )
 
@@ -336,27 +414,27 @@ def estimate(p: Prediction) -> str:
     return f"{_time(p.time_s)} ({_time(t_low)}-{_time(t_high)}), {_money(p.cost)} ({_money(c_low)}-{_money(c_high)})"
 
 
-def _time(seconds: float) -> str:
-    """A duration in 6 characters or fewer below 1000 days (``523ms``, ``12.3s``, ``10.3m``, ``2.5h``, ``82.9d``)."""
-    if seconds < 1:
-        return f"{seconds * 1e3:.0f}ms"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86_400:.1f}d"
+def _time(seconds: float, extra: int = 0) -> str:
+    """A duration in 6 characters or fewer below 1000 days (``523ms``, ``12.3s``, ``10.3m``, ``2.5h``,
+    ``82.9d``); ``extra`` more decimals where two figures must be told apart."""
+    for limit, unit, scale, decimals in _TIME_UNITS:
+        if seconds < limit:
+            return f"{seconds / scale:.{decimals + extra}f}{unit}"
+    return f"{seconds / 86_400:.{1 + extra}f}d"
 
 
-def _money(dollars: float) -> str:
+#: Below each limit (seconds), a duration's unit, its size in seconds and its decimals.
+_TIME_UNITS = ((1, "ms", 1e-3, 0), (120, "s", 1, 1), (7200, "m", 60, 1), (172_800, "h", 3600, 1))
+
+
+def _money(dollars: float, extra: int = 0) -> str:
     """Dollars to a millionth below a cent (a short run), a hundredth of a cent below $1, the cent below
-    $1000, and whole dollars from there."""
+    $1000, and whole dollars from there; ``extra`` more decimals where two figures must be told apart."""
     if dollars < 0.01:
-        return f"${dollars:.6f}"
+        return f"${dollars:.{6 + extra}f}"
     if dollars < 1:
-        return f"${dollars:.4f}"
-    return f"${dollars:,.2f}" if dollars < 1000 else f"${dollars:,.0f}"
+        return f"${dollars:.{4 + extra}f}"
+    return f"${dollars:,.{2 + extra}f}" if dollars < 1000 else f"${dollars:,.{extra}f}"
 
 
 format_time = _time

@@ -1,7 +1,8 @@
 """Side-by-side comparison of finished runs: tables, and loss against time and dollars.
 
 Any result record works (local FaaS, Lambda, iaas-local, an EC2 cluster), so a FaaS run
-and its IaaS baseline read the same way. Ratios are against the first result given.
+and its IaaS baseline read the same way. Ratios are against the first result given: of wall
+time and billed cost, what a user waits for and pays.
 """
 
 from __future__ import annotations
@@ -39,16 +40,54 @@ def load_results(paths: Sequence[str | Path]) -> list[JobResult]:
     return results
 
 
-def label(result: JobResult) -> str:
-    backend = result.backend
-    transport = "gloo" if backend.startswith("iaas") else result.spec["channel"]["kind"]
-    return f"{backend} {transport} W={len(result.workers)}"
+#: How a label names a communication pattern (as the advisor's table does).
+_PATTERN_SHORT = {"allreduce": "AR", "scatter_reduce": "SR", "scatter_reduce_2d": "SR2D"}
+
+
+def _transport(result: JobResult) -> str:
+    return "gloo" if result.backend.startswith("iaas") else str(result.spec["channel"]["kind"])
+
+
+def _pattern(result: JobResult) -> str | None:
+    """The collective pattern of a run over a channel (gloo's collectives are its own: None)."""
+    if result.backend.startswith("iaas"):
+        return None
+    pattern = result.pattern or str((result.spec.get("sync") or {}).get("pattern") or "-")
+    return _PATTERN_SHORT.get(pattern, pattern)
+
+
+def _epochs(result: JobResult) -> int:
+    return result.loss_curve[-1].epoch
+
+
+def labels(results: Sequence[JobResult]) -> list[str]:
+    """A label per run, never two alike: backend, transport and W; the pattern (of runs over a
+    channel) and the epoch count where the runs differ in them; and the job id's tail (with the
+    attempt, or the run's place in the list, where that is not enough)."""
+    patterns = len({_pattern(r) for r in results} - {None}) > 1
+    epochs = len({_epochs(r) for r in results}) > 1
+    names = []
+    for result in results:
+        parts = [result.backend, _transport(result)]
+        pattern = _pattern(result)
+        if patterns and pattern is not None:
+            parts.append(pattern)
+        parts.append(f"W={len(result.workers)}")
+        if epochs:
+            parts.append(f"{_epochs(result)}ep")
+        parts.append(result.job_id.rsplit("-", 1)[-1])
+        names.append(" ".join(parts))
+    for more in ([f"#{r.attempt}" for r in results], [f"({i + 1})" for i in range(len(results))]):
+        if len(set(names)) == len(names):
+            break
+        names = [f"{name} {tail}" if names.count(name) > 1 else name for name, tail in zip(names, more, strict=True)]
+    return names
 
 
 @dataclass(frozen=True)
 class Summary:
-    """One run's row: wall time, per-epoch time, mean per-worker breakdown, cost, final loss,
-    and its time per epoch and cost as multiples of the first run's (None where that cost nothing)."""
+    """One run's row: wall time, training time per epoch, mean per-worker breakdown, billed cost,
+    final loss, and its wall time and cost as multiples of the first run's (None where that cost nothing)."""
 
     label: str
     wall_s: float
@@ -57,15 +96,16 @@ class Summary:
     dollars: float
     loss: float
     accuracy: float | None
-    time_ratio: float = 1.0
+    wall_ratio: float = 1.0
     cost_ratio: float | None = None
 
 
-def summary(result: JobResult) -> Summary:
+def summary(result: JobResult, label: str | None = None) -> Summary:
+    """One run's row; ``label`` as ``labels`` names it among the runs compared (alone, by default)."""
     curve = result.loss_curve
     breakdown = {k: statistics.mean(getattr(w.times, k) for w in result.workers) for k in _BREAKDOWN}
     return Summary(
-        label=label(result),
+        label=label or labels([result])[0],
         wall_s=result.wall_time_s,
         # Training time per epoch: a worker's clock starts before it loads its shard.
         epoch_s=(curve[-1].elapsed_s - breakdown["load_s"]) / len(curve),
@@ -77,13 +117,14 @@ def summary(result: JobResult) -> Summary:
 
 
 def summaries(results: Sequence[JobResult]) -> list[Summary]:
-    """Every run's summary, with its ratios against the first run's."""
-    rows = [summary(r) for r in results]
+    """Every run's summary, with its wall time and billed cost as multiples of the first run's:
+    what a user waits for and pays, start-up included."""
+    rows = [summary(r, name) for r, name in zip(results, labels(results), strict=True)]
     base = rows[0]
     return [
         replace(
             row,
-            time_ratio=row.epoch_s / base.epoch_s,
+            wall_ratio=row.wall_s / base.wall_s if base.wall_s else 1.0,
             cost_ratio=row.dollars / base.dollars if base.dollars else None,
         )
         for row in rows
@@ -98,8 +139,8 @@ def comparison_tables(results: Sequence[JobResult]) -> list[Table]:
     rows = summaries(results)
     times = new_table("time per run", ("run", "wall", "per epoch", "load", "compute", "comm", "wait"))
     outcome = new_table(
-        f"cost and outcome per run (x: against {rows[0].label})",
-        ("run", "cost", "time x", "cost x", "loss", "accuracy"),
+        "cost and outcome per run (x: wall time and cost over the first run's)",
+        ("run", "cost", "wall x", "cost x", "loss", "accuracy"),
     )
     for row in rows:
         times.add_row(
@@ -108,7 +149,7 @@ def comparison_tables(results: Sequence[JobResult]) -> list[Table]:
         outcome.add_row(
             row.label,
             format_money(row.dollars),
-            f"{row.time_ratio:.2f}",
+            f"{row.wall_ratio:.2f}",
             "-" if row.cost_ratio is None else f"{row.cost_ratio:.2f}",
             f"{row.loss:.5f}",
             "-" if row.accuracy is None else f"{row.accuracy:.4f}",
@@ -121,20 +162,51 @@ def comparison_json(results: Sequence[JobResult]) -> list[dict[str, object]]:
     return [asdict(row) for row in summaries(results)]
 
 
+@dataclass(frozen=True)
+class Series:
+    """One run's curve as the plot draws it: the loss after each epoch, at the time since the job
+    started and at the dollars spent by then; its last point is the run's end (wall time, billed cost)."""
+
+    label: str
+    seconds: list[float]
+    dollars: list[float]
+    losses: list[float]
+
+
+def series(result: JobResult, label: str) -> Series:
+    """The loss curve on the job's clock: a worker's clock starts after the job's start-up (process
+    or function start, torchrun's rendezvous), so every epoch moves by the time the slowest worker
+    was not yet running; the run ends at its wall time with its last loss. Cost accrues evenly over
+    the wall time, so the end is the billed total (an EC2 minimum included)."""
+    wall, total = result.wall_time_s, result.cost["total_dollars"]
+    started = max(0.0, wall - max(w.times.total_s for w in result.workers))
+    seconds = [min(wall, started + p.elapsed_s) for p in result.loss_curve]
+    losses = [p.loss for p in result.loss_curve]
+    if seconds[-1] < wall:
+        seconds.append(wall)
+        losses.append(losses[-1])
+    rate = total / wall if wall > 0 else 0.0
+    dollars = [t * rate for t in seconds]
+    dollars[-1] = total
+    return Series(label, seconds, dollars, losses)
+
+
+def plot_series(results: Sequence[JobResult]) -> list[Series]:
+    """What ``plot_comparison`` draws: each run's series, labelled as the tables label it."""
+    return [series(r, name) for r, name in zip(results, labels(results), strict=True)]
+
+
 def plot_comparison(results: Sequence[JobResult], path: str | Path) -> Path:
-    """Loss against wall time and against dollars; cost accrues evenly over a run's time."""
+    """Loss against wall time and against dollars, each run ending at its wall time and billed cost."""
     from analytic_model.advisor import pyplot
 
     plt = pyplot()
     figure, (by_time, by_cost) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for result in results:
-        elapsed = [p.elapsed_s for p in result.loss_curve]
-        losses = [p.loss for p in result.loss_curve]
-        rate = result.cost["total_dollars"] / max(result.wall_time_s, 1e-9)
-        by_time.plot(elapsed, losses, marker="o", label=label(result))
-        by_cost.plot([t * rate for t in elapsed], losses, marker="o", label=label(result))
-    by_time.set(xlabel="wall time (s)", ylabel="training loss", title="loss against time")
-    by_cost.set(xlabel="cost (US$)", ylabel="training loss", title="loss against dollars")
+    for run in plot_series(results):
+        by_time.plot(run.seconds, run.losses, marker="o", label=run.label)
+        by_cost.plot(run.dollars, run.losses, marker="o", label=run.label)
+    by_time.set(xlabel="wall time since the job started (s)", ylabel="training loss", title="loss against time")
+    by_cost.set(xlabel="billed cost (US$)", ylabel="training loss", title="loss against dollars")
     for axes in (by_time, by_cost):
         axes.grid(alpha=0.3)
     by_time.legend(fontsize="small")

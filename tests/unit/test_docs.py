@@ -66,7 +66,7 @@ def shell_commands(path: Path) -> list[list[str]]:
     """Each `lambdaml ...` command line in the document's sh blocks, as argv without the program."""
     commands = []
     for language, body in FENCE.findall(path.read_text()):
-        if language.strip() not in ("sh", "bash", "console"):
+        if (language.split() or [""])[0] not in ("sh", "bash", "console"):  # "sh runnable" too
             continue
         for line in body.replace("\\\n", " ").splitlines():
             argv = shlex.split(line, comments=True)

@@ -198,11 +198,11 @@ def test_compare_through_the_command(tmp_path: Path, output: str, capsys: pytest
     out = capsys.readouterr().out
     if output == "json":
         runs = json.loads(out)["runs"]
-        assert [r["label"] for r in runs] == ["lambda memcached W=8", "local redis W=8"]
-        assert runs[1]["time_ratio"] == 1.0 and runs[0]["dollars"] == 12_345.678
+        assert [r["label"] for r in runs] == ["lambda memcached W=8 afdd", "local redis W=8 afdd"]
+        assert runs[1]["wall_ratio"] == 1.0 and runs[0]["dollars"] == 12_345.678
     else:
         assert "…" not in out and max(map(len, out.splitlines())) <= WIDTH, out
-        assert "local redis W=8" in out
+        assert "local redis W=8 afdd" in out
 
 
 def test_the_jobs_table_fits() -> None:
