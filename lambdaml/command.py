@@ -26,6 +26,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, interrupted_while_starting)
     from lambdaml.cli import main as command
 
+    # Python's own handler again: the command's KeyboardInterrupt handling (lambdaml.interrupts) takes over.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     return command()
 
 

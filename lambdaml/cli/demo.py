@@ -35,9 +35,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print_result(result)
         losses = [point.loss for point in result.loss_curve]
         falling = all(b <= a + 1e-9 for a, b in itertools.pairwise(losses))
+        accuracy = result.test_accuracy
+        scored = f"test accuracy {accuracy:.4f}" if accuracy is not None else "no test rows to score (use more --rows)"
         console.print(
-            f"loss {losses[0]:.4f} -> {losses[-1]:.4f} ({'falling' if falling else 'not monotone'}), "
-            f"test accuracy {result.test_accuracy:.4f}"
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f} ({'falling' if falling else 'not monotone'}), {scored}"
         )
     for line in NEXT_STEPS:
         console.print(line)

@@ -149,3 +149,10 @@ def test_numpy_path_never_imports_torch(tmp_path: Path, small_dataset: StorageSp
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_demo_too_small_for_a_test_split_says_so(tmp_path: Path) -> None:
+    """``demo --workers 1 --rows 2`` holds out no test row: it says so rather than a TypeError traceback."""
+    result = lambdaml("demo", "--workers", "1", "--rows", "2", "--epochs", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no test rows to score (use more --rows)" in result.stdout and "Traceback" not in result.stderr
