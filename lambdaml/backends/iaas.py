@@ -7,11 +7,13 @@ W EC2 instances of the job's ``iaas.instance_type`` for its wall time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import logging
 import os
+import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -23,29 +25,32 @@ from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, Prog
 from lambdaml.config import JobSpec
 from lambdaml.errors import ConfigError, JobFailed
 from lambdaml.interrupts import sigint_blocked
+from lambdaml.runtime import torchrun_local
 from lambdaml.runtime.iaas import cluster_cost
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import collect_reports
 
+log = logging.getLogger(__name__)
+
 _SILENCE_GRACE_S = 60.0  # on top of the sync timeout: torchrun and torch imports take a while
 _POLL_S = 0.05
 _ERROR_SETTLE_S = 2.0  # after a rank's error, how long to collect the others' before stopping
+_STOP_GRACE_S = 10.0  # for torchrun to stop its ranks on SIGTERM (they checkpoint nothing on the way)
 
 
 def torchrun_command(
     job_id: str, workers: int, storage: Any, *, attempt: int = 1, events: str | None = None
 ) -> list[str]:
-    """``torchrun`` on one node with ``workers`` processes, each a ``lambdaml.runtime.iaas`` rank."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    command += ["--nproc-per-node", str(workers), "--module", "lambdaml.runtime.iaas"]
-    command += ["--job-id", job_id, "--attempt", str(attempt)]
+    """``torchrun`` on one node, listening on loopback only, with ``workers`` processes, each a
+    ``lambdaml.runtime.iaas`` rank."""
+    command = ["--job-id", job_id, "--attempt", str(attempt)]
     command += ["--bucket", storage.bucket, "--region", storage.region]
     if storage.endpoint_url:
         command += ["--endpoint-url", storage.endpoint_url]
     if events:
         command += ["--events", events]
-    return command
+    return torchrun_local.command(workers, "lambdaml.runtime.iaas", command)
 
 
 @dataclass
@@ -76,12 +81,7 @@ class IaaSLocalBackend(MachineBackend):
             raise ConfigError("the iaas-local backend needs torch: pip install 'lambdaml[torch]'")
 
     def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> _Torchrun:
-        env = {
-            **os.environ,
-            "GLOO_SOCKET_IFNAME": "lo",  # keep gloo on loopback, whatever the host's name resolves to
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            "TORCHELASTIC_ERROR_FILE": "",
-        }
+        env = torchrun_local.loopback_env()  # nothing listens beyond this machine
         tmp = tempfile.TemporaryDirectory(prefix="lambdaml-iaas-")
         log_file = (Path(tmp.name) / "torchrun.log").open("wb")
         command = torchrun_command(attempt.job_id, job.workers, job.storage, attempt=attempt.number, events=tmp.name)
@@ -100,12 +100,18 @@ class IaaSLocalBackend(MachineBackend):
         torchrun: _Torchrun = run.handle
         process = torchrun.process
         if process.poll() is None:
-            process.terminate()
+            ranks = _descendants(process.pid)  # before torchrun goes: orphans could not be found
+            process.terminate()  # torchrun passes it on to its ranks
             try:
-                process.wait(timeout=10)
+                process.wait(timeout=_STOP_GRACE_S)
             except subprocess.TimeoutExpired:
+                # A stopped (SIGSTOP) rank never handles SIGTERM, and torchrun waits for it.
+                log.info("torchrun did not stop within %gs; killing it and its ranks", _STOP_GRACE_S)
+                for pid in [*_descendants(process.pid), *ranks]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 process.kill()
-                process.wait()
+                process.wait(timeout=_STOP_GRACE_S)  # SIGKILL ends even a stopped process
         torchrun.log_file.close()
         torchrun.tmp.cleanup()
 
@@ -160,6 +166,23 @@ class IaaSLocalBackend(MachineBackend):
             raise JobFailed(f"worker {cause['rank']} failed: {cause['message']}")
         if process.returncode != 0 or len(done) < job.workers:
             raise JobFailed(f"torchrun exited with code {process.returncode}: {_last_line(log_path)}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from Linux's /proc (none where there is no /proc)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+        except OSError:  # the thread or the process ended meanwhile
+            continue
+        for child in map(int, children):
+            found += [child, *_descendants(child)]
+    return found
 
 
 def _last_line(path: Path) -> str:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 _SILENCE_GRACE_S = 30.0
 #: How often a worker tells this process the steps it has done (through its queue: no request).
 STEPS_EVERY_S = 1.0
+#: How long stopping waits for the workers to end on SIGTERM before it kills them.
+_STOP_GRACE_S = 5.0
 
 
 def _worker_main(
@@ -136,13 +138,21 @@ class _Workers:
 
 
 def _stop(handle: _Workers) -> None:
-    """Terminate every worker process still running, then wait for each (threads end by themselves)."""
+    """Terminate every worker process still running, then wait for each, a bounded time; kill
+    those still there (threads end by themselves)."""
     started = [w for w in handle.workers if w.ident is not None]
-    for worker in started:
-        if isinstance(worker, mp.process.BaseProcess) and worker.is_alive():
+    processes = [w for w in started if isinstance(w, mp.process.BaseProcess)]
+    for worker in processes:
+        if worker.is_alive():
             worker.terminate()
+    deadline = time.monotonic() + _STOP_GRACE_S
     for worker in started:
-        worker.join(timeout=5)
+        worker.join(timeout=max(deadline - time.monotonic(), 0.0))
+    for worker in processes:
+        if worker.is_alive():  # e.g. stopped (SIGSTOP): it never handles SIGTERM
+            log.info("worker %s did not stop within %gs; killing it", worker.name, _STOP_GRACE_S)
+            worker.kill()
+            worker.join(timeout=_STOP_GRACE_S)  # SIGKILL ends even a stopped process
 
 
 class LocalBackend(MachineBackend):

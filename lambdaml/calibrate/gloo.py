@@ -1,8 +1,8 @@
 """The IaaS backend's process group on this machine: how long ``torchrun`` takes to form a gloo
 group of W ranks, and how long gloo's all-reduce of a float32 vector takes in it.
 
-Started exactly as the ``iaas-local`` backend starts its ranks (``torchrun --standalone``,
-gloo on loopback, one intra-op thread), each rank importing what a real rank imports. Each
+Started exactly as the ``iaas-local`` backend starts its ranks (``torchrun`` listening on
+loopback only, one intra-op thread), each rank importing what a real rank imports. Each
 rank writes its figures to ``rank<R>.json`` in a directory the caller reads. Needs torch.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from analytic_model.calibration import Ec2Calibration
 from lambdaml.calibrate.probing import Effort
 from lambdaml.errors import LambdaMLError
+from lambdaml.runtime import torchrun_local
 
 PROBE_TIMEOUT_S = 300.0
 SMALL_FLOATS = 1_000  # float32: its time is the ring's two step latencies
@@ -56,11 +56,10 @@ def measure_gloo(workers: int, floats: Sequence[int], repeats: int) -> GlooTimes
     if not torch_available():
         raise LambdaMLError("timing gloo needs torch: pip install 'lambdaml[torch]'")
     with tempfile.TemporaryDirectory(prefix="lambdaml-gloo-") as out:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-        command += ["--nproc-per-node", str(workers), "--module", __name__]
-        command += ["--out", out, "--repeats", str(repeats), "--sent", repr(time.time())]
-        command += ["--floats", ",".join(str(n) for n in floats)]
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "TORCHELASTIC_ERROR_FILE": ""}
+        args = ["--out", out, "--repeats", str(repeats), "--sent", repr(time.time())]
+        args += ["--floats", ",".join(str(n) for n in floats)]
+        command = torchrun_local.command(workers, __name__, args)
+        env = {**torchrun_local.loopback_env(), "OMP_NUM_THREADS": "1"}
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
