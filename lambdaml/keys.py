@@ -148,6 +148,11 @@ def job_attempt(job_id: str, attempt: int) -> str:
     return job_prefix(job_id) + f"attempts/{_attempt(attempt)}.json"
 
 
+def job_attempt_ended(job_id: str, attempt: int) -> str:
+    """How one attempt ended, written once: whoever writes it first (the finish, a cancel) decides."""
+    return job_prefix(job_id) + f"attempts/{_attempt(attempt)}.ended"
+
+
 def job_attempts_prefix(job_id: str) -> str:
     return job_prefix(job_id) + "attempts/"
 

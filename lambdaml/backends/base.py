@@ -128,7 +128,10 @@ class Backend(ABC):
         if state.get("state") == records.RUNNING:
             attempt = int(state.get("attempt", 1))
             store.put(keys.job_cancel(job_id, attempt), b"1")
-            records.set_status(store, job_id, attempt, records.CANCELLED)
+            # A cancel that lost to the job's finish says so, though its record may be a moment behind.
+            standing = records.set_status(store, job_id, attempt, records.CANCELLED)
+            now = records.status(store, job_id)
+            return {**now, "state": standing} if int(now.get("attempt", 0) or 0) == attempt else now
         return records.status(store, job_id)
 
     def saved(self, run: Run, result: JobResult) -> None:
@@ -197,7 +200,11 @@ class MachineBackend(Backend):
         )  # fmt: skip
         machine_jobs.record_result(result)
         store = self.store()
-        records.finish(store, attempt, result)
+        try:
+            records.finish(store, attempt, result)
+        except JobCancelled:  # cancelled as it finished: the cancel stands, and so its model is not used
+            machine_jobs.record_state(store, attempt, records.CANCELLED)
+            raise
         machine_jobs.record_state(store, attempt, records.SUCCEEDED)
         return result
 

@@ -176,6 +176,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
     if not (args.stack or args.bucket or args.endpoint_url or args.region):
         return jobs_here(args)  # nothing asked of AWS: nothing sent to it
+    if args.stack:  # a stack names its own registry and bucket: a storage option beside it would be ignored
+        options = {"--bucket": args.bucket, "--endpoint-url": args.endpoint_url, "--region": args.region}
+        given = next((flag for flag, value in options.items() if value is not None), None)
+        if given is not None:
+            raise ConfigError(f"{given} and --stack conflict: --stack lists the stack's own jobs")
     now = time.time()
     registry, where = job_registry(args)
     summaries = records.job_summaries(registry, now=now, state=args.state)
@@ -231,10 +236,14 @@ def jobs_here(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove what ended jobs left in their bucket and on their channels; records, results and models stay."""
     from lambdaml.cli.data import _storage
-    from lambdaml.runtime import records
+    from lambdaml.runtime import machine_jobs, records
     from lambdaml.storage import open_storage
 
-    store = open_storage(_storage(args))
+    spec = _storage(args)
+    store = open_storage(spec)
+    if not args.dry_run:  # a job this machine ran whose process is gone has ended: say so, then clean it
+        for job_id in machine_jobs.orphans_in(spec.bucket):
+            machine_jobs.interrupt_if_owner_gone(store, job_id, spec.bucket)
     ended = records.ended_jobs(store, older_than_s=args.older_than)
     objects = records.clean_jobs(store, ended, dry_run=args.dry_run, results=args.results)
     channel_keys = clean_channels(store, ended, dry_run=args.dry_run)
@@ -268,7 +277,7 @@ def clean_channels(store: Any, ended: list[str], *, dry_run: bool) -> dict[str, 
         if where in unreachable:
             continue
         try:
-            count = channel_residue(job, job_id, dry_run=dry_run)
+            count = channel_residue(job, job_id, dry_run=dry_run, still_ended=_still_ended(store, job_id))
         except LambdaMLError as exc:
             unreachable.add(where)
             errors.print(f"warning: {where} is out of reach ({one_line(str(exc))}); its keys stay")
@@ -276,6 +285,13 @@ def clean_channels(store: Any, ended: list[str], *, dry_run: bool) -> dict[str, 
         if count:
             found[job_id] = count
     return found
+
+
+def _still_ended(store: Any, job_id: str) -> Callable[[int], bool]:
+    """Whether an attempt of the job has still ended, asked of its state record right before a delete."""
+    from lambdaml.runtime import records
+
+    return lambda attempt: records.attempt_ended(store, job_id, attempt)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -513,33 +529,43 @@ def logs_here(args: argparse.Namespace) -> int:
 
 def cancel_here(args: argparse.Namespace) -> int:
     """Cancel a job running here, through its store's cancel marker; an ended job is said to be so (exit 0)."""
+    from dataclasses import replace
+
     from lambdaml.backends import BACKENDS
     from lambdaml.errors import LambdaMLError
     from lambdaml.runtime import machine_jobs, records
+    from lambdaml.runtime.machine_jobs import MachineRegistry
     from lambdaml.storage import open_storage
 
     job = here(args.job_id)
     state = job.record.state
-    if state != records.RUNNING:
+    # Its process gone (killed, say) without recording its end: it runs no more, but it never ended.
+    orphan = job.stored_state == records.RUNNING and state != records.RUNNING
+    if state != records.RUNNING and not orphan:
         if args.output == "json":
             print_json({**job.summary(time.time()), "cancelled": False})
         else:
             console.print(f"job {args.job_id} on this machine has ended ({state}); nothing to cancel")
         return EXIT_ALREADY_ENDED
     spec = job.storage_spec()
-    if spec is None:
-        raise ConfigError(f"job {args.job_id} runs on this machine, but its store is not recorded: {_stop_hint(job)}")
     try:
+        if spec is None:
+            raise ConfigError("its store is not recorded")
         status = BACKENDS.get(job.backend or "local")(spec).cancel(args.job_id)
         machine_jobs.copy_state(open_storage(spec), args.job_id)
     except LambdaMLError as exc:
-        raise ConfigError(
-            f"job {args.job_id} runs on this machine, but {_store_problem(job, exc)}: {_stop_hint(job)}"
-        ) from None
+        if not orphan:
+            problem = _store_problem(job, exc) if spec is not None else str(exc)
+            raise ConfigError(f"job {args.job_id} runs on this machine, but {problem}: {_stop_hint(job)}") from None
+        # Nothing of it runs: this machine's record is the one left to say it was cancelled.
+        now = time.time()
+        MachineRegistry().save(replace(job.record, state=records.CANCELLED, updated_at=now, finished_at=now))
+        status = {"state": records.CANCELLED}
     if args.output == "json":
         print_json({**here(args.job_id).summary(time.time()), "cancelled": status.get("state") == "cancelled"})
     elif status.get("state") == records.CANCELLED:
-        console.print(f"job {args.job_id} on this machine: cancelled; its workers stop at their next heartbeat")
+        after = f" (its process {job.pid} had gone)" if orphan else "; its workers stop at their next heartbeat"
+        console.print(f"job {args.job_id} on this machine: cancelled{after}")
     else:
         console.print(f"job {args.job_id} on this machine: {status.get('state')}; nothing to cancel")
     return 0

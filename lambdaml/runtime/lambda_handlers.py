@@ -303,7 +303,11 @@ def work(
     # channel. Rank 0 sweeps again once the job is marked done, and a rank that finds the job
     # already done sweeps itself: whichever comes last sees the other's keys.
     if rank == 0:
-        _finish_job(job, attempt, store)
+        try:
+            _finish_job(job, attempt, store)
+        except JobCancelled:  # cancelled as it finished: the cancel stands
+            clear_job_channel(job, job_id, attempt.number, channel)
+            return {"rank": rank, "status": "cancelled"}
         clear_job_channel(job, job_id, attempt.number, channel)
     elif records.status(store, job_id).get("state") != records.RUNNING:
         clear_job_channel(job, job_id, attempt.number, channel)

@@ -402,3 +402,51 @@ def warn_once(message: str) -> None:
     if not _warned:
         _warned = True
         log.warning("%s", message)
+
+
+# --- a job whose process is gone ---------------------------------------------------------------
+
+
+def owner_gone(job_id: str, bucket: str) -> MachineJob | None:
+    """The job's record here if it says running in ``bucket`` while its process has gone (killed, or
+    this machine restarted: the pid is free, or another process's); None otherwise, or where this
+    machine cannot tell (another host's job, a record without a pid)."""
+    try:
+        job = MachineRegistry().job(job_id)
+    except ConfigError as exc:
+        log.debug("job %s: %s", job_id, exc)
+        return None
+    if job is None or job.stored_state != records.RUNNING or job.alive() is not False:
+        return None
+    return job if (job.storage or {}).get("bucket") == bucket else None
+
+
+def interrupt_if_owner_gone(store: Channel, job_id: str, bucket: str) -> bool:
+    """Record, in the bucket and here, that a job whose process is gone was interrupted; True if it was.
+
+    Only the attempt this machine ran, and only while the bucket still calls it running: a later
+    attempt, or an ending recorded meanwhile, stands. It ended when it was last heard from.
+    """
+    job = owner_gone(job_id, bucket)
+    if job is None:
+        return False
+    record = records.status(store, job_id)
+    number = int(record.get("attempt", 0) or 0)
+    if record.get("state") != records.RUNNING or number != job.record.attempt:
+        return False
+    ended = float(record.get("updated_at", time.time()))
+    try:
+        spec = records.stored_job(store, job_id)
+        ended = records.last_sign_of_life(store, spec, records.read_attempt(store, job_id, number), record)
+    except LambdaMLError as exc:  # no spec or claim to read heartbeats by: its state's last change
+        log.debug("job %s: %s", job_id, exc)
+    error = job.record.error or f"its process {job.pid} on this machine ended without recording how"
+    standing = records.set_status(store, job_id, number, records.INTERRUPTED, error=error, finished_at=ended)
+    copy_state(store, job_id)
+    log.info("job %s: its process %s is gone; recorded as %s", job_id, job.pid, standing)
+    return standing == records.INTERRUPTED
+
+
+def orphans_in(bucket: str) -> list[str]:
+    """The jobs this machine ran in ``bucket`` whose process is gone while their record says running."""
+    return [j.job_id for j in MachineRegistry().jobs() if owner_gone(j.job_id, bucket) is not None]

@@ -20,7 +20,7 @@ from typing import Any
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
-from lambdaml.errors import CodecError, ConfigError, KeyNotFound
+from lambdaml.errors import CodecError, ConfigError, JobCancelled, KeyNotFound
 from lambdaml.runtime.checkpoint import periodic_rounds
 from lambdaml.runtime.registry import BucketRegistry, JobRecord, JobRegistry
 from lambdaml.runtime.reports import JobResult
@@ -109,39 +109,70 @@ def also_record_in(registry: JobRegistry) -> None:
     _registries[:] = [registry]
 
 
-def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: Any) -> None:
+def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: Any) -> str:
     """Record a state of ``attempt``; a later attempt's record is never overwritten by an earlier one's.
 
     Within one attempt the first ending stands (a cancel's stragglers, or a late duplicate,
-    time out into it), except that a cancel overrides a failure it caused.
+    time out into it), except that a cancel overrides a failure it caused. The first ending is
+    decided by a write-once marker (``end_attempt``), so a cancel and the finish that race each
+    other cannot both win. Returns the state that stands for the attempt (the recorded one's,
+    where this call changed nothing).
     """
+    if state in ENDED:
+        standing = end_attempt(store, job_id, attempt, state)
+        if standing != state and (state != CANCELLED or standing == SUCCEEDED):
+            return standing
     current = status(store, job_id)
     recorded = int(current.get("attempt", 0) or 0)
     if recorded > attempt:
-        return
+        return str(current.get("state"))
     ended = current.get("state")
     if recorded == attempt and (ended == SUCCEEDED or (ended in ENDED and state != CANCELLED)):
-        return
+        return str(ended)
     if recorded < attempt:  # a new attempt starts a fresh record, keeping when the job began
         current = {"job_id": job_id, "created_at": current.get("created_at", time.time())}
     current.update(fields, state=state, attempt=attempt, updated_at=time.time())
     put_json(store, keys.job_status(job_id), current)
     for registry in _registries:
         registry.save(JobRecord.from_status(job_id, current))
+    return state
+
+
+def end_attempt(store: Channel, job_id: str, attempt: int, state: str) -> str:
+    """Claim how ``attempt`` ended (``attempts/aNNNN.ended``, a conditional put); the ending that stands.
+
+    Whoever creates the marker first wins: a finish that lost to a cancel must not advertise its
+    model, and a cancel that lost to the finish reports that the job had already succeeded.
+    """
+    key = keys.job_attempt_ended(job_id, attempt)
+    if store.put_new(key, json.dumps({"state": state, "at": time.time()}).encode()):
+        return state
+    try:
+        first = get_json(store, key).get("state")
+    except (KeyNotFound, CodecError, AttributeError):
+        return state  # unreadable: the state record's own guard decides, as before markers
+    return first if first in ENDED else state
 
 
 def finish(store: Channel, attempt: Attempt, result: JobResult) -> None:
-    """Store a finished attempt's result, then mark the job succeeded with where its result and model are."""
+    """Store a finished attempt's result, then mark the job succeeded with where its result and model are.
+
+    Raises JobCancelled when a cancel ended the attempt first: the result goes again, and the state
+    record, which alone advertises the model, never names it.
+    """
     key = keys.job_result(attempt.job_id)
     put_json(store, key, result.to_json())
     try:
         cost: float | None = float(result.cost["total_dollars"])
     except (KeyError, TypeError, ValueError):
         cost = None  # a backend that does not price its runs
-    set_status(
+    standing = set_status(
         store, attempt.job_id, attempt.number, SUCCEEDED,
         finished_at=time.time(), result_key=key, model_uri=result.model_uri, cost_dollars=cost,
     )  # fmt: skip
+    if standing != SUCCEEDED:
+        store.delete([key])
+        raise JobCancelled(f"job {attempt.job_id} was {standing} as it finished; its model is not used")
 
 
 def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
@@ -160,14 +191,26 @@ def ended_jobs(store: Channel, *, older_than_s: float) -> list[str]:
     ]
 
 
+def attempt_ended(store: Channel, job_id: str, attempt: int) -> bool:
+    """Whether the job has ended with ``attempt`` or a later one, by its state record read now.
+
+    ``clean`` asks it again right before each delete: a job resumed since it was found ended runs
+    again, and its new attempt may read the old one's checkpoints.
+    """
+    record = status(store, job_id)
+    return record.get("state") in ENDED and attempt <= int(record.get("attempt", 0) or 0)
+
+
 def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, results: bool = False) -> dict[str, int]:
     """Delete what the attempts of ended jobs left in the bucket (checkpoints, heartbeats, reports, cancel markers).
 
-    ``ended`` comes from ``ended_jobs``: a running job is never touched. Each job's spec,
-    attempt claims, state, result and model stay, so ``jobs``, ``status`` and ``attach`` still
-    answer; a failed job resumed later starts again from where it started. With ``results``
-    the result and the model go too (the record stays, so the job is still listed). Returns each
-    cleaned job's count of removed keys (with ``dry_run``: of keys it would remove).
+    ``ended`` comes from ``ended_jobs``: a running job is never touched, and each attempt's keys
+    go only if the job's state record, read again just before, still says it has ended (a job
+    resumed in between keeps everything). Each job's spec, attempt claims, state, result and
+    model stay, so ``jobs``, ``status`` and ``attach`` still answer; a failed job resumed later
+    starts again from where it started. With ``results`` the result and the model go too (the
+    record stays, so the job is still listed). Returns each cleaned job's count of removed keys
+    (with ``dry_run``: of keys it would remove).
     """
     wanted = set(ended)
     outputs = {
@@ -175,15 +218,22 @@ def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, resul
         for job_id in ended
         for key in (keys.job_result(job_id), keys.job_model(job_id), keys.job_model_card(job_id))
     }
-    residue: dict[str, list[str]] = {}
+    residue: dict[tuple[str, int], list[str]] = {}
     for key in store.list(keys.JOBS_PREFIX):
-        job_id = keys.job_of_attempt_key(key) or (outputs.get(key) if results else None)
+        job_id = keys.job_of_attempt_key(key)
+        number = int(key.split("/")[2][1:]) if job_id is not None else 0  # jobs/ID/aNNNN/...
+        if job_id is None and results:
+            job_id = outputs.get(key)
         if job_id is not None and job_id in wanted:
-            residue.setdefault(job_id, []).append(key)
-    if not dry_run:
-        for job_keys in residue.values():
+            residue.setdefault((job_id, number), []).append(key)
+    removed: dict[str, int] = {}
+    for (job_id, number), job_keys in sorted(residue.items()):
+        if not dry_run:
+            if not attempt_ended(store, job_id, number):
+                continue
             store.delete(job_keys)
-    return {job_id: len(job_keys) for job_id, job_keys in sorted(residue.items())}
+        removed[job_id] = removed.get(job_id, 0) + len(job_keys)
+    return dict(sorted(removed.items()))
 
 
 # --- claiming ---------------------------------------------------------------------

@@ -119,14 +119,30 @@ def clear_job_channel(job: JobSpec, job_id: str, attempt: int, channel: Channel 
         log.warning("could not clean up the channel after job %s ended: %s", job_id, exc)
 
 
-def channel_residue(job: JobSpec, job_id: str, *, dry_run: bool = False) -> int:
-    """The keys a job's attempts left on its channel (a crash before clean-up): counted, and deleted unless dry_run."""
+def channel_residue(
+    job: JobSpec, job_id: str, *, dry_run: bool = False, still_ended: Callable[[int], bool] | None = None
+) -> int:
+    """The keys a job's attempts left on its channel (a crash before clean-up): counted, and deleted unless dry_run.
+
+    Deleted an attempt at a time (``comm/JOB/aNNNN/``), each only if ``still_ended(attempt)``,
+    asked right before: a job resumed since it was found ended keeps its live keys.
+    """
     prefix = keys.comm_job_prefix(job_id)
     with open_channel(job.channel) as channel:
-        found = len(channel.list(prefix))
-        if found and not dry_run:
-            channel.clear(prefix)
-    return found
+        by_attempt: dict[str, int] = {}
+        for key in channel.list(prefix):
+            part = key[len(prefix) :].partition("/")[0]
+            by_attempt[part] = by_attempt.get(part, 0) + 1
+        if dry_run:
+            return sum(by_attempt.values())
+        removed = 0
+        for part, count in sorted(by_attempt.items()):
+            number = int(part[1:]) if part[:1] == "a" and part[1:].isdigit() else 0
+            if still_ended is not None and not still_ended(number):
+                continue
+            channel.clear(f"{prefix}{part}/" if number else prefix + part)
+            removed += count
+    return removed
 
 
 def assemble_result(

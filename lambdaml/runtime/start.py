@@ -19,7 +19,7 @@ from lambdaml.config import JobSpec
 from lambdaml.data.shards import Manifest, read_manifest, shards_of_worker
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.models import MODELS
-from lambdaml.runtime import records
+from lambdaml.runtime import machine_jobs, records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.results import clear_job_channel
 from lambdaml.storage import open_storage
@@ -107,6 +107,8 @@ def begin(
             raise LambdaMLError("--resume needs the id of the job to continue")
         store = open_storage(job.storage)
         _, manifest = preflight(job, check_channel=check_channel, dataset_version=records.first_version(store, job_id))
+        # Killed outright, this machine's run never recorded its end: its gone process says it.
+        machine_jobs.interrupt_if_owner_gone(store, job_id, job.storage.bucket)
         attempt = records.resume_job(store, job, job_id, stale_after_s=job.sync.timeout_s + STALE_GRACE_S)
         if check_channel:  # what an attempt killed outright left on the channel
             clear_job_channel(job, job_id, attempt.number - 1)

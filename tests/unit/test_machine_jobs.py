@@ -185,7 +185,11 @@ def test_a_job_whose_process_is_gone_was_interrupted(home: Path, capsys: pytest.
     assert job is not None and job.record.state == "interrupted" and job.stored_state == "running"
     assert job.record.error == f"its process {int(ended.stdout)} on this machine ended without recording how"
     assert cli.main(["cancel", "orphan"]) == 0
-    assert capsys.readouterr().out.strip() == "job orphan on this machine has ended (interrupted); nothing to cancel"
+    # Its store is gone too: this machine's record is the one left to say it was cancelled.
+    assert capsys.readouterr().out.strip() == f"job orphan on this machine: cancelled (its process {job.pid} had gone)"
+    assert MachineRegistry().job("orphan").record.state == "cancelled"  # type: ignore[union-attr]
+    assert cli.main(["cancel", "orphan"]) == 0
+    assert capsys.readouterr().out.strip() == "job orphan on this machine has ended (cancelled); nothing to cancel"
 
     _running_record(home, "alive")  # this very process
     assert MachineRegistry().job("alive").record.state == "running"  # type: ignore[union-attr]
