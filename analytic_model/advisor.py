@@ -18,7 +18,16 @@ from typing import Any
 
 from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import PATTERNS, grid_shape
-from analytic_model.prediction import Infeasible, Prediction, iaas_fits, memory_needed_mb, predict_faas, predict_iaas
+from analytic_model.prediction import (
+    MB,
+    Infeasible,
+    Prediction,
+    iaas_fits,
+    memory_needed_mb,
+    model_mb,
+    predict_faas,
+    predict_iaas,
+)
 from analytic_model.profile import Profile, aws_profile
 from analytic_model.tables import ARCHITECTURES, price_table, prices
 from analytic_model.uncertainty import Uncertainty, overlap
@@ -272,6 +281,10 @@ def advise(
     for w in workers:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise ConfigError(f"worker counts must be positive integers, got {w!r}")
+    low, high = profile.lambda_.min_memory_mb, profile.lambda_.max_memory_mb
+    for memory in memory_mb:  # every size, those a shard rules out included (predict_faas checks the rest)
+        if isinstance(memory, bool) or not isinstance(memory, int) or not low <= memory <= high:
+            raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory!r}")
     for pattern in patterns:
         if pattern not in PATTERNS:
             raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
@@ -297,11 +310,15 @@ def advise(
     rows: list[Prediction] = []
     skipped: list[str] = []
     patterns = _patterns_for(workload, patterns, skipped)
+    model = model_mb(workload, info)  # the model's state: a worker holds all of it, whatever W
+    with_model = f" and its model's state ({math.ceil(model)} MB)" if model >= 1 else ""
     for w in sorted(set(workers)):
-        need = memory_needed_mb(profile, workload.dataset_bytes / w, info.runtime)
+        need = memory_needed_mb(profile, workload.dataset_bytes / w, info.runtime, model * MB)
         for memory in memory_mb:
             if memory < need:
-                skipped.append(f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard")
+                skipped.append(
+                    f"FaaS {w} x {memory} MB: a worker needs about {math.ceil(need)} MB for its shard{with_model}"
+                )
                 continue
             # One worker has nothing to synchronize: one row per memory size.
             combos = [(single, PATTERNS[0])] if w == 1 else [
@@ -326,6 +343,12 @@ def advise(
             except Infeasible as exc:
                 skipped.append(f"IaaS {w} x {name}: {exc}")
     if not rows:
+        if memory_needed_mb(profile, 0.0, info.runtime, model * MB) > max(memory_mb, default=0):
+            raise ConfigError(
+                f"no configuration fits: model {workload.model!r} with {workload.n_params(info):,} parameters needs "
+                f"about {math.ceil(model)} MB a worker for its state and buffers, more than any memory tried "
+                f"(Lambda allows up to {high:g} MB) or any instance's"
+            )
         raise ConfigError("no configuration fits: use more workers or larger Lambda memory / instances")
     return Advice(workload, region, profile.target, rows, skipped)
 

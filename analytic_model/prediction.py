@@ -25,11 +25,11 @@ from analytic_model.compute import (
     update_s,
 )
 from analytic_model.exchanges import communication, expected_staleness
-from analytic_model.profile import Profile
+from analytic_model.profile import ModelInfo, Profile
 from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
 from analytic_model.transfers import Polling
 from analytic_model.uncertainty import Range, Uncertainty
-from analytic_model.workload import Workload, schedule
+from analytic_model.workload import Workload, model_memory_bytes, schedule
 from lambdaml.errors import ConfigError
 
 KB = 1024
@@ -93,11 +93,22 @@ class Prediction:
         }
 
 
-def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy") -> float:
-    """Smallest Lambda memory that holds a worker's binary shard next to its runtime (numpy or torch)."""
+def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy", model_bytes: float = 0.0) -> float:
+    """Smallest Lambda memory that holds a worker's binary shard and its model's ``model_bytes``
+    (``model_mb``) next to its runtime (numpy or torch)."""
     limits = profile.lambda_
     resident = profile.keyed(limits.runtime_memory_mb, "lambda.runtime_memory_mb", runtime)
-    return resident + limits.data_memory_factor * shard_bytes / MB
+    return resident + limits.data_memory_factor * shard_bytes / MB + model_bytes / MB
+
+
+def model_mb(workload: Workload, info: ModelInfo) -> float:
+    """What one worker's parameters, algorithm and optimizer state and working vectors take (MB),
+    counted as the job's preflight counts them (``model_memory_bytes``); the same whatever W."""
+    n_params, algorithm, optimizer = workload.n_params(info), workload.algorithm, workload.optimizer
+    state = model_memory_bytes(
+        n_params, info.bytes_per_param, algorithm, optimizer, error_feedback=workload.error_feedback_on
+    )
+    return state / MB
 
 
 def heartbeats(profile: Profile, epochs: float, epoch_s: float) -> float:
@@ -335,6 +346,7 @@ def predict_iaas(
 
 
 def iaas_fits(workload: Workload, workers: int, instance_type: str, profile: Profile) -> bool:
-    """Whether an instance holds its shard next to the training runtime."""
-    need = profile.ec2.runtime_memory_mb + profile.lambda_.data_memory_factor * (workload.dataset_bytes / workers / MB)
-    return profile.instance(instance_type).memory_gib * KB >= need
+    """Whether an instance holds its shard and its model's state next to the training runtime."""
+    shard_mb = workload.dataset_bytes / workers / MB
+    need = profile.ec2.runtime_memory_mb + profile.lambda_.data_memory_factor * shard_mb
+    return profile.instance(instance_type).memory_gib * KB >= need + model_mb(workload, profile.model(workload.model))

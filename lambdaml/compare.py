@@ -7,15 +7,15 @@ time and billed cost, what a user waits for and pays.
 
 from __future__ import annotations
 
-import json
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lambdaml.errors import ConfigError
-from lambdaml.runtime.reports import JobResult
+from lambdaml.errors import ConfigError, brief
+from lambdaml.runtime.reports import JobResult, read_result_file
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,20 +24,31 @@ _BREAKDOWN = ("load_s", "compute_s", "communicate_s", "wait_s")
 
 
 def load_results(paths: Sequence[str | Path]) -> list[JobResult]:
-    """Read result files; anything else is a one-line error naming the file."""
+    """Read result files (bounded, typed: ``read_result_file``) and check the parts a comparison
+    reads; anything else is a one-line error naming the file and the part."""
     results = []
     for path in map(Path, paths):
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such result file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{path}: not a JSON result file ({exc})") from None
-        result = JobResult.from_json(data, f"{path}: not a LambdaML result")
-        if not result.loss_curve:
-            raise ConfigError(f"{path}: the result has an empty loss curve")
+        result = read_result_file(path)
+        check_comparable(result, path)
         results.append(result)
     return results
+
+
+def check_comparable(result: JobResult, path: Path) -> None:
+    """The parts of a result beyond its typed fields that the tables and the plot read."""
+    if not result.loss_curve:
+        raise ConfigError(f"{path}: the result has an empty loss curve")
+    if not result.workers:
+        raise ConfigError(f"{path}: the result lists no workers")
+    if not result.backend.startswith("iaas"):  # a run over a channel names its kind
+        channel = result.spec.get("channel")
+        if not isinstance(channel, dict) or not isinstance(channel.get("kind"), str):
+            raise ConfigError(f"{path}: the result's spec lacks channel.kind (the channel the run used)")
+    if not isinstance(result.spec.get("sync", {}), dict | None):
+        raise ConfigError(f"{path}: the result's spec.sync must be an object, got {brief(result.spec['sync'])}")
+    dollars = result.cost.get("total_dollars")
+    if isinstance(dollars, bool) or not isinstance(dollars, int | float) or not math.isfinite(dollars) or dollars < 0:
+        raise ConfigError(f"{path}: the result's cost lacks total_dollars (a number of at least 0)")
 
 
 #: How a label names a communication pattern (as the advisor's table does).

@@ -159,8 +159,6 @@ def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> f
 
 
 def _workload_from(args: argparse.Namespace) -> Any:
-    import json as json_
-
     from analytic_model import Workload
     from analytic_model.advisor import epochs_to_target
 
@@ -169,12 +167,9 @@ def _workload_from(args: argparse.Namespace) -> Any:
     if args.from_result:
         if args.target_loss is None:
             raise ConfigError("--from-result needs --target-loss")
-        try:
-            result = json_.loads(Path(args.from_result).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"result file {args.from_result!r} not found") from None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read result file {args.from_result!r}: {exc}") from None
+        from lambdaml.runtime.reports import read_result_file
+
+        result = read_result_file(args.from_result).to_json()  # bounded and typed: its loss curve is numbers
         try:
             target = float(args.target_loss)
         except ValueError:

@@ -218,9 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("job", help="job file (.yaml or .json)")
     train.add_argument(
         "--backend",
-        default="local",
+        default=None,  # None: not given (local), so that train can refuse it next to --stack
         choices=list(catalogue.BACKENDS),
-        help="where workers run: local (FaaS-like processes), iaas-local (torchrun); default: %(default)s",
+        help="where workers run: local (FaaS-like processes), iaas-local (torchrun); default: local",
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
     train.add_argument(

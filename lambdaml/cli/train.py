@@ -29,6 +29,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     for flag, given in (("--detach", args.detach), ("--cancel-on-interrupt", args.cancel_on_interrupt)):
         if given and not args.stack:  # workers on this machine stop with this process
             raise ConfigError(f"{flag} needs --stack: only a stack's job runs on without this process")
+    if args.stack and args.backend is not None:  # a stack's job runs on the stack's functions, never here
+        raise ConfigError(f"--backend {args.backend} and --stack conflict: a stack's job runs on its Lambda functions")
     job_id, resume = (args.resume, True) if args.resume else (args.job_id, False)
     backend: Any
     if args.stack:
@@ -51,7 +53,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             tracking = {**(job.tracking.model_dump() if job.tracking else {}), "mlflow": args.mlflow}
             job = parse_job({**job.model_dump(mode="json"), "tracking": tracking}, f"{args.job} with --mlflow")
         require_tracker(job)
-        backend = backend_for(args.backend, job)
+        backend = backend_for(args.backend or "local", job)
     job_id = job_id or new_job_id(job.name)
     if args.detach:
         return detach(backend, backend.launch(job, job_id=job_id, resume=resume), args)

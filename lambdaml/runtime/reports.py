@@ -14,14 +14,17 @@ result's spec need not parse today) and its cost (``lambdaml.cost``: Lambda and 
 
 from __future__ import annotations
 
+import json
+import re
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
 from lambdaml.cost import Invocation
-from lambdaml.errors import CodecError, brief
+from lambdaml.errors import CodecError, ConfigError, brief
 
 OPTIONAL = {"optional": True}  # a part a record may lack: None, and then left out of its JSON
 FLAT = {"flat": True}
@@ -378,3 +381,55 @@ def total_traffic(workers: Iterable[WorkerRow]) -> dict[str, float]:
 def billed(workers: Iterable[WorkerRow]) -> list[Invocation]:
     """Every rank's billed Lambda invocations."""
     return [invocation for worker in workers for invocation in worker.billed or ()]
+
+
+#: Bounds on a result file read back as input (``compare``, ``advise --from-result``): a real
+#: result is kilobytes to a few megabytes deep in a handful of levels.
+MAX_RESULT_FILE_BYTES = 64 * 2**20
+MAX_RESULT_DEPTH = 64
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """Whether ``text``'s arrays and objects nest deeper than ``limit``: a scan of its brackets
+    outside strings, cheap and bounded, before ``json.loads`` recurses into a bomb."""
+    depth = 0
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        depth += 1 if char in "[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
+def read_result_file(path: str | Path) -> JobResult:
+    """A result file read as untrusted input: bounded in size and nesting, then checked as a
+    ``JobResult``; anything else is a one-line ConfigError naming the file."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_FILE_BYTES:
+            raise ConfigError(
+                f"{path}: {size:,} bytes is too large for a result file (at most {MAX_RESULT_FILE_BYTES:,})"
+            )
+        with path.open("rb") as file:  # read no more than the bound, whatever the file (a pipe, a device)
+            raw = file.read(MAX_RESULT_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such result file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the result file ({exc.strerror or exc})") from None
+    if len(raw) > MAX_RESULT_FILE_BYTES:
+        raise ConfigError(f"{path}: too large for a result file (more than {MAX_RESULT_FILE_BYTES:,} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a JSON result file (not UTF-8 text)") from None
+    if json_depth_exceeds(text, MAX_RESULT_DEPTH):
+        raise ConfigError(f"{path}: not a LambdaML result (JSON nested deeper than {MAX_RESULT_DEPTH} levels)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not a JSON result file (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4,300 digits
+        raise ConfigError(f"{path}: not a JSON result file ({str(exc)[:200]})") from None
+    return JobResult.from_json(data, f"{path}: not a LambdaML result")  # a CodecError in one line

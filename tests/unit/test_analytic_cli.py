@@ -64,7 +64,9 @@ def test_advise_takes_the_epochs_to_a_target_from_a_measured_run(
 ) -> None:
     result = tmp_path / "result.json"
     curve = [{"epoch": e, "loss": loss, "elapsed_s": e} for e, loss in enumerate([0.69, 0.65, 0.63, 0.62], 1)]
-    result.write_text(json.dumps({"loss_curve": curve}))
+    from tests.unit.test_tables_fit import job_result
+
+    result.write_text(json.dumps(job_result(workers=2, loss_curve=curve).to_json()))
     assert main([*LR, *SMALL, "--from-result", str(result), "--target-loss", "0.63", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["workload"]["epochs"] == 3
 
