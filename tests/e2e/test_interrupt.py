@@ -31,6 +31,7 @@ from lambdaml.data import shards, synthetic
 from lambdaml.runtime import records
 from lambdaml.storage import get_json
 from tests.helpers import Services, unique_name
+from tests.proc_tree import children_of, descendants_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EPOCHS = 6
@@ -241,26 +242,6 @@ def test_the_workers_of_an_interrupted_train_are_gone(
         os.kill(terminal.pid, signal.SIGKILL)  # no chance to stop them: they must see their parent go
         terminal.wait()
     assert_gone(workers)
-
-
-def children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:  # the field after the state: its parent
-            found.append(int(entry.name))
-    return found
-
-
-def descendants_of(pid: int) -> list[int]:
-    children = children_of(pid)
-    return children + [grandchild for child in children for grandchild in descendants_of(child)]
 
 
 def assert_gone(pids: list[int]) -> None:

@@ -20,8 +20,9 @@ from lambdaml.config import StorageSpec
 from lambdaml.data import shards, synthetic
 from lambdaml.runtime import records
 from lambdaml.runtime.machine_jobs import MachineRegistry
-from tests.e2e.test_interrupt import EPOCHS, Terminal, assert_gone, descendants_of, job_file, lambdaml
+from tests.e2e.test_interrupt import EPOCHS, Terminal, assert_gone, job_file, lambdaml
 from tests.helpers import Services, unique_name
+from tests.proc_tree import descendants_of
 
 
 @pytest.fixture(autouse=True)
