@@ -278,7 +278,7 @@ def _replaces(record: JobRecord, current: dict[str, Any]) -> bool:
     if record.attempt != attempt:
         return record.attempt > attempt
     ended = current.get("state")
-    if ended == records.SUCCEEDED or (ended in records.ENDED and record.state != records.CANCELLED):
+    if records.ending_stands(ended, record.state):
         return record.state == ended and record.updated_at >= float(current.get("updated_at", 0))
     return record.updated_at >= float(current.get("updated_at", 0))
 

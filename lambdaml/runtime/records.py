@@ -127,7 +127,7 @@ def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: 
     if recorded > attempt:
         return str(current.get("state"))
     ended = current.get("state")
-    if recorded == attempt and (ended == SUCCEEDED or (ended in ENDED and state != CANCELLED)):
+    if recorded == attempt and ending_stands(ended, state):
         return str(ended)
     if recorded < attempt:  # a new attempt starts a fresh record, keeping when the job began
         current = {"job_id": job_id, "created_at": current.get("created_at", time.time())}
@@ -136,6 +136,12 @@ def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: 
     for registry in _registries:
         registry.save(JobRecord.from_status(job_id, current))
     return state
+
+
+def ending_stands(recorded: object, state: str) -> bool:
+    """Whether an attempt's recorded state stays when ``state`` comes for the same attempt: its first
+    ending does (a cancel's stragglers, a late duplicate), except that a cancel overrides a failure."""
+    return recorded == SUCCEEDED or (recorded in ENDED and state != CANCELLED)
 
 
 def end_attempt(store: Channel, job_id: str, attempt: int, state: str) -> str:
