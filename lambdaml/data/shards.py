@@ -168,9 +168,8 @@ def check_absent(store: Channel, name: str, *, overwrite: bool) -> None:
 REGRESSION_HINT_VALUES = 100
 
 
-def _say_if_regression(name: str, y: Array) -> None:
-    """One warning when the labels look like a regression target: the classifiers here will refuse them."""
-    values = np.unique(y)
+def _say_if_regression(name: str, values: Array) -> None:
+    """One warning when the distinct labels look like a regression target: the classifiers here refuse them."""
     fractional = not bool(np.all(values == np.round(values)))
     if (fractional and len(values) > 2) or len(values) > REGRESSION_HINT_VALUES:
         kind = "non-integer values" if fractional else "values"
@@ -183,25 +182,29 @@ def _say_if_regression(name: str, y: Array) -> None:
         )
 
 
-def normalize_labels(y: Array) -> tuple[Array, int, list[float] | None]:
+def normalize_labels(y: Array, distinct: Array | None = None) -> tuple[Array, int, list[float] | None]:
     """Labels as classes 0..C-1 in sorted order, the class count, and the original values if they differ.
 
     Two distinct values are always two classes (``{1, 2}`` or ``{-1, 1}`` would otherwise
     read as "all positive" or need every model to guess). More distinct values are classes
     when they are integers (at most ``MAX_CLASSES``); otherwise the labels are kept as they are.
     """
-    values = class_values(y)
+    distinct = np.unique(y) if distinct is None else distinct
+    values = class_values(y, distinct)
     if values is None:
-        return y, len(np.unique(y)), None
+        return y, len(distinct), None
     classes = to_classes(y, values)
     same = len(values) > 2 and np.array_equal(values, np.arange(len(values)))
     same = same or (len(values) <= 2 and bool(np.all(np.isin(values, (0.0, 1.0)))) and values[0] == 0)
     return classes, max(len(values), 2), None if same else [float(v) for v in values]
 
 
-def class_values(y: Array) -> Array | None:
-    """The distinct labels, sorted, when they are classes (see normalize_labels); None when kept as they are."""
-    values = np.unique(y)
+def class_values(y: Array, distinct: Array | None = None) -> Array | None:
+    """The distinct labels, sorted, when they are classes (see normalize_labels); None when kept as they are.
+
+    ``distinct``: ``np.unique(y)`` where the caller has it already (a sort of every label).
+    """
+    values = np.unique(y) if distinct is None else distinct
     integral = bool(np.all(values == np.round(values)))
     if len(values) > 2 and not (integral and len(values) <= MAX_CLASSES):
         return None
@@ -256,9 +259,11 @@ def prepare(
     if test is not None and test_fraction:
         raise DataError(f"a separate test set and a test fraction of {test_fraction}: hold out one or the other")
     n_test = check_split(len(y), shards, test_fraction)
-    values = class_values(y) if test is not None else None  # the train set's classes, for the test set's labels
-    _say_if_regression(name, y)
-    y, n_classes, label_values = normalize_labels(y)
+    distinct = np.unique(y)  # sorted once, for the three uses below
+    # The train set's classes, to map the test set's labels by.
+    values = class_values(y, distinct) if test is not None else None
+    _say_if_regression(name, distinct)
+    y, n_classes, label_values = normalize_labels(y, distinct)
     order = np.random.default_rng(seed).permutation(len(y))
     train = order[n_test:]
     X = _stored(X)
