@@ -29,16 +29,12 @@ def _storage(args: argparse.Namespace) -> StorageSpec:
     """The bucket the dataset goes to: the options', or ``--stack``'s data bucket (and endpoint, if local)."""
     from pydantic import ValidationError
 
-    from lambdaml.config import StorageSpec, check_endpoint_url
+    from lambdaml.api import storage_of
+    from lambdaml.config import check_endpoint_url
 
-    bucket, endpoint_url, region = args.bucket, check_endpoint_url(args.endpoint_url, "--endpoint-url"), args.region
-    if args.stack:
-        from lambdaml.backends.stack import resolve_stack
-
-        stack = resolve_stack(args.stack)
-        bucket, endpoint_url, region = stack.output("DataBucketName"), stack.endpoints.get("s3"), stack.region
+    endpoint_url = check_endpoint_url(args.endpoint_url, "--endpoint-url")
     try:  # checked before a long load, so a typo fails at once
-        return StorageSpec(bucket=bucket, endpoint_url=endpoint_url, region=region)
+        return storage_of(stack=args.stack, bucket=args.bucket, endpoint_url=endpoint_url, region=args.region)
     except ValidationError as exc:
         raise ConfigError(
             "; ".join(
