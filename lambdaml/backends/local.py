@@ -21,7 +21,7 @@ from lambdaml.config import JobSpec, parse_job
 from lambdaml.cost import Invocation, job_cost
 from lambdaml.errors import JobCancelled, JobFailed, LambdaMLError
 from lambdaml.interrupts import ignore_sigint, sigint_blocked
-from lambdaml.runtime.heartbeat import at_most_every, both, heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat, at_most_every, both
 from lambdaml.runtime.job_logs import WorkerLog
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import WorkerReport, WorkerRow, total_traffic
@@ -66,7 +66,7 @@ def _worker_main(
         events.put(("steps", rank, (epoch, step, steps)))
 
     try:
-        beat = heartbeat(
+        beat = Heartbeat(
             open_storage(job.storage), attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs
         )
         report = run_worker(

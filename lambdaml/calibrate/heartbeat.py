@@ -13,7 +13,7 @@ from typing import Any
 from lambdaml import keys
 from lambdaml.calibrate.probing import PROBE_TIMEOUT_S, Effort, median_time, run_together
 from lambdaml.config import StorageSpec
-from lambdaml.runtime.heartbeat import heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.storage import open_storage
 
@@ -30,7 +30,7 @@ def _beat_together(
     """One of several processes beating at once, every beat started together (as BSP's ranks
     end an epoch together): reports each beat's seconds."""
     try:
-        beat = heartbeat(open_storage(StorageSpec(**storage_data)), _attempt(job_id))
+        beat = Heartbeat(open_storage(StorageSpec(**storage_data)), _attempt(job_id))
         beat(rank, 0, 0.0, 0.0)  # the first request opens the connection
         seconds = []
         for epoch in range(1, repeats + 1):
@@ -48,7 +48,7 @@ def measure_heartbeat(storage: StorageSpec, effort: Effort) -> tuple[float, floa
     job_id = f"calibrate-beat-{secrets.token_hex(3)}"
     store = open_storage(storage)
     try:
-        beat = heartbeat(store, _attempt(job_id))
+        beat = Heartbeat(store, _attempt(job_id))
         beat(0, 0, 0.0, 0.0)  # the first request opens the connection
         alone = median_time(lambda: beat(0, 1, 0.0, 0.0), effort.repeats)
         n = max(effort.processes, 2)

@@ -155,29 +155,6 @@ class Heartbeat:
         return self._epochs
 
 
-def heartbeat(
-    store: Channel,
-    attempt: Attempt,
-    *,
-    invocation: int = 1,
-    every_s: float = 0.0,
-    final_epoch: int | None = None,
-    clock: Callable[[], float] = time.time,
-    continued: bool = False,
-) -> Heartbeat:
-    """A rank's heartbeat (``Heartbeat``): it records the rank's epochs and steps, and raises
-    JobCancelled once the attempt is cancelled."""
-    return Heartbeat(
-        store,
-        attempt,
-        invocation=invocation,
-        every_s=every_s,
-        final_epoch=final_epoch,
-        clock=clock,
-        continued=continued,
-    )
-
-
 def both(first: Callable[P, None], then: Callable[P, None]) -> Callable[P, None]:
     """One callback that calls ``first``, then ``then``."""
 

@@ -28,7 +28,7 @@ from lambdaml.cost import ec2_cost
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
 from lambdaml.runtime import records
-from lambdaml.runtime.heartbeat import at_most_every, both, heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat, at_most_every, both
 from lambdaml.runtime.job_logs import WorkerLog
 from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import assemble_result, collect_reports
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(events, {"kind": "steps", "rank": r, "epoch": epoch, "step": step, "steps": steps})
 
         comm = TorchDistCommunicator(rank, world)
-        beat = heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs)
+        beat = Heartbeat(store, attempt, every_s=job.runtime.heartbeat_every_s, final_epoch=job.algorithm.epochs)
         steps = both(at_most_every(STEPS_EVERY_S, on_step), beat.step)
         report = run_worker(job, attempt, rank, comm=comm, store=store, on_epoch=both(on_epoch, beat), on_step=steps)
         assert isinstance(report, WorkerReport)  # without a Lifetime a run never stops early

@@ -26,7 +26,7 @@ from lambdaml.config import JobSpec, parse_job
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
-from lambdaml.runtime.heartbeat import heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.registry import TableRegistry
 from lambdaml.runtime.reports import Continuation
@@ -261,7 +261,7 @@ def work(
     try:
         if invocation > job.runtime.max_invocations:
             raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
-        beat = heartbeat(
+        beat = Heartbeat(
             store,
             attempt,
             invocation=invocation,

@@ -14,7 +14,7 @@ import yaml
 from lambdaml import aws, cli
 from lambdaml.backends.stack import resolve_stack, stack_store
 from lambdaml.config import parse_job
-from lambdaml.runtime.heartbeat import heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import claim_job
 from tests.helpers import unique_name
 
@@ -70,7 +70,7 @@ def test_status_of_a_job_on_the_stack(memcached_stack: str, output: str, capsys:
     job = parse_job({"dataset": "d", "workers": 2, "algorithm": {"epochs": 1000}})
     job_id = unique_name("job")
     attempt = claim_job(store, job, job_id, "v1")
-    beat = heartbeat(store, attempt)
+    beat = Heartbeat(store, attempt)
     beat(0, 999, 1_234_567.0, 35_999.0)
     beat(1, 998, 0.25, 35_998.0)
     assert cli.main(["status", job_id, "--stack", memcached_stack, "--output", output]) == 0

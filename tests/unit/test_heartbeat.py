@@ -12,7 +12,7 @@ import pytest
 from lambdaml import keys
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.errors import ChannelError, JobCancelled
-from lambdaml.runtime.heartbeat import heartbeat
+from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import Attempt
 
 
@@ -45,7 +45,7 @@ class _SlowPut(MemoryChannel):
 
 def test_beat_records_the_epoch_with_the_cancel_check_alongside() -> None:
     store = _SlowPut()
-    heartbeat(store, _attempt())(rank=1, epoch=3, loss=0.5, elapsed=2.0)
+    Heartbeat(store, _attempt())(rank=1, epoch=3, loss=0.5, elapsed=2.0)
     record = json.loads(store.get(keys.worker_heartbeat("beat-job", 1, 1)))
     assert (record["rank"], record["epoch"], record["state"]) == (1, 3, "running")
     assert store.got_during_put  # the get went out while the put was in flight
@@ -55,20 +55,20 @@ def test_cancelled_attempt_raises_after_the_record_is_written() -> None:
     store = _SlowPut()
     store.put(keys.job_cancel("beat-job", 1), b"{}")
     with pytest.raises(JobCancelled, match="beat-job was cancelled"):
-        heartbeat(store, _attempt())(0, 1, 0.1, 1.0)
+        Heartbeat(store, _attempt())(0, 1, 0.1, 1.0)
     assert json.loads(store.get(keys.worker_heartbeat("beat-job", 1, 0)))["epoch"] == 1
 
 
 def test_failed_record_put_fails_the_beat() -> None:
     with pytest.raises(ChannelError, match="put refused"):
-        heartbeat(_SlowPut(fail=True), _attempt())(0, 1, 0.1, 1.0)
+        Heartbeat(_SlowPut(fail=True), _attempt())(0, 1, 0.1, 1.0)
 
 
 def test_beats_once_per_slot_of_the_attempt_after_the_first_epoch() -> None:
     store = MemoryChannel()
     attempt = _attempt()
     now = [attempt.started_at + 0.2]
-    beat = heartbeat(store, attempt, every_s=1.0, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, every_s=1.0, clock=lambda: now[0])
     key = keys.worker_heartbeat("beat-job", 1, 0)
     beaten = []
     # Epochs end at 0.2 s (the first: beats), 0.5, 0.9 (same slot), 1.1 (a new slot), 1.6, 3.4.
@@ -83,7 +83,7 @@ def test_a_cancel_is_seen_at_the_next_beat_not_between() -> None:
     store = MemoryChannel()
     attempt = _attempt()
     now = [attempt.started_at]
-    beat = heartbeat(store, attempt, every_s=1.0, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, every_s=1.0, clock=lambda: now[0])
     beat(0, 1, 0.1, 0.0)
     store.put(keys.job_cancel("beat-job", 1), b"{}")
     now[0] += 0.5
@@ -97,7 +97,7 @@ def test_the_final_epoch_always_beats() -> None:
     store = MemoryChannel()
     attempt = _attempt()
     now = [attempt.started_at + 0.1]
-    beat = heartbeat(store, attempt, every_s=1.0, final_epoch=3, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, every_s=1.0, final_epoch=3, clock=lambda: now[0])
     key = keys.worker_heartbeat("beat-job", 1, 0)
     for epoch in (1, 2, 3):  # all within the attempt's first second
         beat(0, epoch, 0.1, 0.1 * epoch)

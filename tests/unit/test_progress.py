@@ -17,7 +17,7 @@ from lambdaml.backends.stack import HeartbeatReader
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.cli.progress import JobProgress, progress_of
 from lambdaml.config import parse_job
-from lambdaml.runtime.heartbeat import HISTORY, at_most_every, heartbeat
+from lambdaml.runtime.heartbeat import HISTORY, Heartbeat, at_most_every
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.results import run_time_cost
 
@@ -182,7 +182,7 @@ def test_a_heartbeat_record_keeps_every_epoch_so_far_though_beats_are_skipped() 
     store = MemoryChannel()
     attempt = _attempt()
     now = [attempt.started_at + 0.1]
-    beat = heartbeat(store, attempt, every_s=1.0, final_epoch=6, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, every_s=1.0, final_epoch=6, clock=lambda: now[0])
     for epoch in range(1, 7):  # six epochs within the attempt's first second: two beats
         beat(0, epoch, 1.0 / epoch, 0.1 * epoch)
     record = json.loads(store.get(keys.worker_heartbeat("beat-job", 1, 0)))
@@ -194,7 +194,7 @@ def test_steps_are_recorded_in_the_background_at_most_every_so_often() -> None:
     store = MemoryChannel()
     attempt = _attempt()
     now = [attempt.started_at]
-    beat = heartbeat(store, attempt, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, clock=lambda: now[0])
     key = keys.worker_heartbeat("beat-job", 1, 0)
     beat.step(0, 0, 1, 100)
     assert store.get_many([key]) == {}  # not before a few seconds have passed
@@ -214,10 +214,10 @@ def test_steps_are_recorded_in_the_background_at_most_every_so_often() -> None:
 def test_a_continued_rank_keeps_the_epochs_its_record_holds() -> None:
     store = MemoryChannel()
     attempt = _attempt()
-    heartbeat(store, attempt)(0, 1, 0.5, 1.0)
-    heartbeat(store, attempt, invocation=2, continued=True)(0, 2, 0.4, 2.0)  # a continuation ran epoch 2
+    Heartbeat(store, attempt)(0, 1, 0.5, 1.0)
+    Heartbeat(store, attempt, invocation=2, continued=True)(0, 2, 0.4, 2.0)  # a continuation ran epoch 2
     # A retry from a checkpoint before epoch 2 runs it again, then epoch 3.
-    again = heartbeat(store, attempt, invocation=3, continued=True)
+    again = Heartbeat(store, attempt, invocation=3, continued=True)
     again(0, 2, 0.45, 2.5)
     again(0, 3, 0.3, 3.0)
     record = json.loads(store.get(keys.worker_heartbeat("beat-job", 1, 0)))
@@ -226,7 +226,7 @@ def test_a_continued_rank_keeps_the_epochs_its_record_holds() -> None:
 
 def test_a_record_keeps_the_newest_epochs_only() -> None:
     store = MemoryChannel()
-    beat = heartbeat(store, _attempt())
+    beat = Heartbeat(store, _attempt())
     for epoch in range(1, HISTORY + 3):
         beat(0, epoch, 0.1, 0.1)
     record = json.loads(store.get(keys.worker_heartbeat("beat-job", 1, 0)))
@@ -247,7 +247,7 @@ def test_a_status_shows_each_workers_latest_epoch_not_the_epochs_its_record_keep
     from lambdaml.backends.base import with_heartbeats
 
     store = MemoryChannel()
-    beat = heartbeat(store, _attempt())
+    beat = Heartbeat(store, _attempt())
     for epoch in (1, 2, 3):
         beat(0, epoch, 0.5, 1.0)
     job = parse_job({"dataset": "d", "workers": 1, "algorithm": {"epochs": 3}})
@@ -265,7 +265,7 @@ def test_settle_waits_for_a_steps_record_on_its_way() -> None:
     store = _SlowStore()
     attempt = _attempt()
     now = [attempt.started_at + 10.0]
-    beat = heartbeat(store, attempt, clock=lambda: now[0])
+    beat = Heartbeat(store, attempt, clock=lambda: now[0])
     beat._last_put = attempt.started_at  # the last record is 10 s old: this step's goes out
     beat.step(0, 0, 7, 9)
     assert store.get_many([keys.worker_heartbeat("beat-job", 1, 0)]) == {}  # still on its way
