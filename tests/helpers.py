@@ -11,6 +11,7 @@ from typing import Any
 from uuid import uuid4
 
 import numpy as np
+import pytest
 
 from analytic_model.profile import PROFILE_VERSION
 from lambdaml import keys
@@ -110,3 +111,17 @@ def first_attempt(store: Channel, job: JobSpec, job_id: str) -> Attempt:
     """Attempt 1 of ``job_id`` on the dataset's current version, for tests that call ``run_worker`` directly."""
     version = shards.read_manifest(store, job.dataset).dataset_version
     return Attempt(job_id, 1, version, time.time())
+
+
+def cli_error_line(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
+    """Run the command in this process: it must fail with exit 1 and one ``error:`` line holding ``fragments``."""
+    from lambdaml import cli
+
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]

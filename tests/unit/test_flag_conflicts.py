@@ -6,17 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lambdaml import cli
-
-
-def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
-    code = cli.main(argv)
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 1 and len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
+from tests.helpers import cli_error_line as one_line
 
 
 @pytest.mark.parametrize("backend", ["iaas-local", "local"])

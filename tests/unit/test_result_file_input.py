@@ -11,20 +11,10 @@ import pytest
 
 from lambdaml import cli
 from lambdaml.runtime import reports
+from tests.helpers import cli_error_line as one_line
 from tests.unit.test_tables_fit import job_result
 
 ADVISE = ["advise", "--model", "lr", "--features", "28", "--samples", "1e5", "--target-loss", "0.5"]
-
-
-def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
-    code = cli.main(argv)
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 1 and len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def result_json(**change: Any) -> dict[str, Any]:
