@@ -47,6 +47,18 @@ def state(pid: int) -> str | None:
         return None
 
 
+def wait_state(pid: int, wanted: str, within_s: float) -> str | None:
+    """Wait, at most ``within_s``, for ``pid`` to show state ``wanted``; returns the last state seen.
+
+    A signal is delivered asynchronously: right after ``kill`` the process may still show R."""
+    deadline = time.monotonic() + within_s
+    seen = state(pid)
+    while seen != wanted and seen is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen = state(pid)
+    return seen
+
+
 def alive(pids: list[int]) -> list[int]:
     """Those of ``pids`` that still run (a zombie has ended: only its parent's wait is missing)."""
     return [pid for pid in pids if state(pid) not in (None, "Z")]

@@ -23,7 +23,7 @@ from lambdaml.channels import Channel
 from lambdaml.config import StorageSpec
 from lambdaml.data import shards, synthetic
 from tests.helpers import Services, unique_name
-from tests.proc_tree import children_of, command_line, state, wait_gone
+from tests.proc_tree import children_of, command_line, wait_gone, wait_state
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Only a guard against a hang: the test waits for what the command prints, never for a time.
@@ -60,7 +60,7 @@ def test_a_stopped_worker_fails_the_job_in_one_line_and_is_killed(
         workers = [pid for pid in children_of(train.pid) if any("spawn_main" in a for a in command_line(pid))]
         assert len(workers) == 2, workers
         os.kill(workers[1], signal.SIGSTOP)
-        assert state(workers[1]) == "T"
+        assert wait_state(workers[1], "T", HANG_S) == "T"
         rest, err = train.communicate(timeout=HANG_S)
     finally:
         if train.returncode is None:  # hung (the bug): leave nothing of it running
