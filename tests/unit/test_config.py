@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from lambdaml.config import (
     JobSpec,
     StorageSpec,
-    _StrictLoader,
     check_endpoint_url,
     load_job,
     parse_job,
     read_job_file,
 )
+from lambdaml.config.job_file import _StrictLoader
 from lambdaml.errors import ConfigError
 
 VALID_YAML = """\
