@@ -9,11 +9,21 @@ attributes to its entry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Literal, TypeVar
 
 from lambdaml.errors import ConfigError, UnknownName
+
+logger = logging.getLogger(__name__)
+
+#: The entry-point group a package declares its plug-ins in (``pyproject.toml``:
+#: ``[project.entry-points."lambdaml.plugins"] name = "module:DESCRIPTION"``). Each entry point
+#: names one description (a ``ChannelInfo``, ``AlgorithmInfo``...) or a sequence of them. Every
+#: process reads them, a worker as much as the command line, so a plug-in needs no code here.
+ENTRY_POINT_GROUP = "lambdaml.plugins"
 
 CompressionUse = Literal["none", "optional", "required"]
 
@@ -70,14 +80,65 @@ class CompressorInfo(Plugin):
     stochastic: bool = False
 
 
+@dataclass(frozen=True)
+class PatternInfo(Plugin):
+    """A communication pattern: how workers exchange a vector over a channel."""
+
+
+@dataclass(frozen=True)
+class ChannelInfo(Plugin):
+    """A channel kind: the store workers synchronize through."""
+
+
+@dataclass(frozen=True)
+class BackendInfo(Plugin):
+    """A backend: where a job's workers run."""
+
+
 P = TypeVar("P", bound=Plugin)
 
 
-def _index(*plugins: P) -> dict[str, P]:
-    return {p.name: p for p in plugins}
+class PluginTable(Mapping[str, P]):
+    """One kind's descriptions: the built-in ones, then those that installed packages declare.
+
+    A built-in name is answered without reading any package's metadata; an unknown name, or
+    listing them all, reads the entry points first (once per process).
+    """
+
+    def __init__(self, description: type[P], *plugins: P) -> None:
+        self.description = description
+        self._entries = {p.name: p for p in plugins}
+
+    def add(self, plugin: P) -> None:
+        if plugin.name in self._entries and self._entries[plugin.name] != plugin:
+            raise ConfigError(f"{plugin.name!r} is already a {self.description.__name__}: a plug-in cannot replace it")
+        self._entries[plugin.name] = plugin
+
+    def __getitem__(self, name: str) -> P:
+        if name not in self._entries:
+            load_entry_points()
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        load_entry_points()
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        load_entry_points()
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            load_entry_points()
+        return name in self._entries
+
+
+def _index(description: type[P], *plugins: P) -> PluginTable[P]:
+    return PluginTable(description, *plugins)
 
 
 MODELS: Mapping[str, ModelInfo] = _index(
+    ModelInfo,
     ModelInfo("lr", "lambdaml.models.linear:LogisticRegression", binary=True),
     ModelInfo("svm", "lambdaml.models.linear:LinearSVM", binary=True),
     ModelInfo("softmax", "lambdaml.models.multiclass:SoftmaxRegression"),
@@ -90,6 +151,7 @@ MODELS: Mapping[str, ModelInfo] = _index(
 
 _RING = ("sgd",)
 ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
+    AlgorithmInfo,
     AlgorithmInfo(
         "ga_sgd",
         "lambdaml.algorithms.ga_sgd:GASGD",
@@ -128,6 +190,7 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
 )
 
 COMPRESSORS: Mapping[str, CompressorInfo] = _index(
+    CompressorInfo,
     CompressorInfo("identity", "lambdaml.compression.compressors:Identity"),
     CompressorInfo("onebit", "lambdaml.compression.compressors:OneBit"),
     CompressorInfo("qsgd", "lambdaml.compression.compressors:QSGD", stochastic=True),
@@ -135,26 +198,29 @@ COMPRESSORS: Mapping[str, CompressorInfo] = _index(
     CompressorInfo("topk", "lambdaml.compression.compressors:TopK"),
 )
 
-PATTERNS: Mapping[str, Plugin] = _index(
-    Plugin("allreduce", "lambdaml.comm.patterns:AllReduce"),
-    Plugin("scatter_reduce", "lambdaml.comm.patterns:ScatterReduce"),
-    Plugin("scatter_reduce_2d", "lambdaml.comm.grid:ScatterReduce2D"),
+PATTERNS: Mapping[str, PatternInfo] = _index(
+    PatternInfo,
+    PatternInfo("allreduce", "lambdaml.comm.patterns:AllReduce"),
+    PatternInfo("scatter_reduce", "lambdaml.comm.patterns:ScatterReduce"),
+    PatternInfo("scatter_reduce_2d", "lambdaml.comm.grid:ScatterReduce2D"),
 )
 
-CHANNELS: Mapping[str, Plugin] = _index(
-    Plugin("s3", "lambdaml.channels.s3:S3Channel"),
-    Plugin("redis", "lambdaml.channels.redis:RedisChannel"),
-    Plugin("memcached", "lambdaml.channels.memcached:MemcachedChannel"),
-    Plugin("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel"),
-    Plugin("memory", "lambdaml.channels.memory:MemoryChannel"),
+CHANNELS: Mapping[str, ChannelInfo] = _index(
+    ChannelInfo,
+    ChannelInfo("s3", "lambdaml.channels.s3:S3Channel"),
+    ChannelInfo("redis", "lambdaml.channels.redis:RedisChannel"),
+    ChannelInfo("memcached", "lambdaml.channels.memcached:MemcachedChannel"),
+    ChannelInfo("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel"),
+    ChannelInfo("memory", "lambdaml.channels.memory:MemoryChannel"),
 )
 #: The channels that connect separate processes (all but the in-process one): what a stack
 #: serves and calibration measures.
-SHARED_CHANNELS: tuple[str, ...] = tuple(name for name in CHANNELS if name != "memory")
+SHARED_CHANNELS: tuple[str, ...] = ("s3", "redis", "memcached", "dynamodb")
 
-BACKENDS: Mapping[str, Plugin] = _index(
-    Plugin("local", "lambdaml.backends.local:LocalBackend"),
-    Plugin("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend", needs="torch"),
+BACKENDS: Mapping[str, BackendInfo] = _index(
+    BackendInfo,
+    BackendInfo("local", "lambdaml.backends.local:LocalBackend"),
+    BackendInfo("iaas-local", "lambdaml.backends.iaas:IaaSLocalBackend", needs="torch"),
 )
 
 #: Where ``data prepare`` takes a dataset's rows from: files in these formats, a generator, or a
@@ -172,6 +238,54 @@ KINDS: Mapping[str, Mapping[str, Plugin]] = {
     "channel": CHANNELS,
     "backend": BACKENDS,
 }
+
+
+def register(plugin: Plugin, kind: str | None = None) -> None:
+    """Add a plug-in's description to the catalogue, in this process only (a notebook, a test).
+
+    ``kind``: the word of ``KINDS`` it goes under; by default the one its description's type is
+    for. Declaring the description in the ``lambdaml.plugins`` entry-point group does the same in
+    every process, workers included.
+    """
+    if kind is None:
+        kinds = [k for k, table in KINDS.items() if isinstance(plugin, _table(table).description)]
+        if len(kinds) != 1:
+            raise ConfigError(f"say which kind of plug-in {plugin.name!r} is: one of {', '.join(KINDS)}")
+        kind = kinds[0]
+    if kind not in KINDS:
+        raise UnknownName(f"unknown plug-in kind {kind!r}; known: {', '.join(KINDS)}")
+    table = _table(KINDS[kind])
+    if not isinstance(plugin, table.description):
+        raise ConfigError(
+            f"a {kind} plug-in is described by a {table.description.__name__}, not {type(plugin).__name__}"
+        )
+    table.add(plugin)
+
+
+def _table(entries: Mapping[str, Plugin]) -> PluginTable[Plugin]:
+    assert isinstance(entries, PluginTable)
+    return entries
+
+
+_loaded_entry_points = False
+
+
+def load_entry_points() -> None:
+    """Register what installed packages declare in the ``lambdaml.plugins`` group (once)."""
+    global _loaded_entry_points
+    if _loaded_entry_points:
+        return
+    _loaded_entry_points = True
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            declared = point.load()
+        except Exception as exc:  # a broken plug-in package must not take the others down
+            raise ConfigError(f"plug-in {point.name!r} ({point.value}) cannot be loaded: {exc}") from None
+        for plugin in declared if isinstance(declared, list | tuple) else [declared]:
+            if not isinstance(plugin, Plugin):
+                raise ConfigError(f"plug-in {point.name!r} ({point.value}) is not a plug-in description")
+            register(plugin)
+        logger.debug("plug-ins of %s loaded", point.value)
 
 
 def lookup(entries: Mapping[str, P], kind: str, name: object) -> P:

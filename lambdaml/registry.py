@@ -25,17 +25,24 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T | str] = {}
         self._hints: dict[str, str] = {}
+        self._catalogue: Mapping[str, Plugin] = {}
 
     @classmethod
     def of(cls, kind: str, entries: Mapping[str, Plugin]) -> Registry[T]:
         """A registry of every plug-in the catalogue lists under ``kind``, loaded lazily from its path."""
         registry: Registry[T] = cls(kind)
-        for name, entry in entries.items():
-            registry.register(name, entry.path, install_hint=entry.install_hint)
+        registry._catalogue = entries  # a plug-in added to the catalogue later is found there
         return registry
 
+    def _from_catalogue(self, name: str) -> None:
+        if name not in self._entries and name in self._catalogue:
+            entry = self._catalogue[name]
+            self._entries[name] = entry.path
+            if entry.install_hint:
+                self._hints[name] = entry.install_hint
+
     def register(self, name: str, obj: T | str, *, install_hint: str = "") -> None:
-        if name in self._entries:
+        if name in self:
             raise ConfigError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = obj
         if install_hint:
@@ -56,10 +63,11 @@ class Registry(Generic[T]):
         return wrap
 
     def get(self, name: str) -> T:
+        self._from_catalogue(name)
         try:
             entry = self._entries[name]
         except KeyError:
-            known = ", ".join(sorted(self._entries)) or "none"
+            known = ", ".join(self.names()) or "none"
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {known}") from None
         if isinstance(entry, str):
             module_name, _, attr = entry.partition(":")
@@ -79,10 +87,10 @@ class Registry(Generic[T]):
         return entry
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._catalogue})
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._catalogue
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
