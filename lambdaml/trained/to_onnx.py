@@ -17,14 +17,14 @@ import numpy as np
 from lambdaml.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from lambdaml.trained.model import TrainedModel
+    from lambdaml.trained.exportable import Exportable
 
 INSTALL_HINT = "pip install onnx"
 OPSET = 17
 IR_VERSION = 8  # what onnxruntime releases of the last few years all read
 
 
-def write_onnx(trained: TrainedModel, path: Path) -> Path:
+def write_onnx(trained: Exportable, path: Path) -> Path:
     try:
         import onnx
         from onnx import TensorProto, helper, numpy_helper

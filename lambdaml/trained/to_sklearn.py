@@ -14,12 +14,12 @@ import numpy as np
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lambdaml.trained.model import TrainedModel
+    from lambdaml.trained.exportable import Exportable
 
 INSTALL_HINT = "pip install scikit-learn"
 
 
-def to_sklearn(trained: TrainedModel) -> Any:
+def to_sklearn(trained: Exportable) -> Any:
     try:
         from sklearn.cluster import KMeans
         from sklearn.linear_model import LogisticRegression

@@ -15,10 +15,10 @@ import numpy as np
 from lambdaml.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from lambdaml.trained.model import TrainedModel
+    from lambdaml.trained.exportable import Exportable
 
 
-def to_torch(trained: TrainedModel) -> Any:
+def to_torch(trained: Exportable) -> Any:
     """The job's ``nn.Module`` with the trained weights, in eval mode: the caller's own copy.
 
     A copy, because the model predicts through its module and loads its parameters into it on
@@ -34,7 +34,7 @@ def to_torch(trained: TrainedModel) -> Any:
     return module.eval()
 
 
-def write_safetensors(trained: TrainedModel, path: Path) -> Path:
+def write_safetensors(trained: Exportable, path: Path) -> Path:
     try:
         from safetensors.torch import save_file
     except ImportError:
@@ -45,7 +45,7 @@ def write_safetensors(trained: TrainedModel, path: Path) -> Path:
     return _written(path, lambda: save_file(tensors, str(path), metadata=metadata))
 
 
-def write_npz(trained: TrainedModel, path: Path) -> Path:
+def write_npz(trained: Exportable, path: Path) -> Path:
     """The flat parameter vector and what it is: ``params``, ``n_features``, ``classes`` (numpy's own format)."""
     arrays: dict[str, Any] = {"params": np.asarray(trained.params), "n_features": np.array(trained.n_features)}
     if trained.supervised:

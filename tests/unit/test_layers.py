@@ -5,6 +5,7 @@ The layers are the block in docs/architecture.md, so the document and the code c
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def layers() -> dict[str, int]:
     return out
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
@@ -37,27 +39,14 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _type_only(tree: ast.Module) -> set[int]:
-    """The ids of import statements under ``if TYPE_CHECKING:`` (annotations only: they run never)."""
-    hidden: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            hidden.update(id(inner) for statement in node.body for inner in ast.walk(statement))
-    return hidden
-
-
-def imports(name: str, path: Path, *, run_time_only: bool = False) -> set[str]:
-    """Every project module this one imports, anywhere in it (``from a import b`` may name module a.b).
-
-    ``run_time_only``: leave out what is imported for annotations only.
-    """
+def imports(name: str, path: Path) -> set[str]:
+    """Every project module this one imports, anywhere in it, annotations' imports included
+    (``from a import b`` may name module a.b)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = set(modules())
     names: set[str] = set()
     tree = ast.parse(path.read_text())
-    skip = _type_only(tree) if run_time_only else set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -65,8 +54,10 @@ def imports(name: str, path: Path, *, run_time_only: bool = False) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
+            submodules = {f"{base}.{alias.name}" for alias in node.names}
+            names.update(submodules)
+            if not submodules <= known:  # it takes names of the package itself, not only its modules
+                names.add(base)
     return {n for n in names if n.split(".")[0] in PACKAGES}
 
 
@@ -76,12 +67,9 @@ def layer_of(module: str, table: dict[str, int]) -> int:
     return table[max(matches, key=len)]
 
 
-def graph(*, run_time_only: bool = False) -> dict[str, set[str]]:
+def graph() -> dict[str, set[str]]:
     known = modules()
-    return {
-        name: {m for m in imports(name, path, run_time_only=run_time_only) if m in known and m != name}
-        for name, path in known.items()
-    }
+    return {name: {m for m in imports(name, path) if m in known and m != name} for name, path in known.items()}
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -115,7 +103,7 @@ def test_the_cost_model_uses_nothing_of_lambdaml_but_errors_and_the_catalogue() 
 
 
 def test_no_import_cycle() -> None:
-    edges = graph(run_time_only=True)  # an annotation's import never runs, so it closes no circle
+    edges = graph()  # annotations' imports included: a type that needs its user is a knot too
     state: dict[str, int] = {}  # 1: on the path, 2: done
     cycles: list[list[str]] = []
 

@@ -76,7 +76,7 @@ class Executor:
         with sandbox.cond:
             if sandbox.dead and not cold and sandbox.init_error is None:
                 return False
-            attempt.sandbox, attempt.cold = sandbox, cold
+            attempt.cold = cold
             attempt.assigned_mono, attempt.assigned_wall = time.monotonic(), time.time()
             if sandbox.init_error is not None:
                 attempt.finish("init_error", sandbox.init_error, error_type_of(sandbox.init_error))

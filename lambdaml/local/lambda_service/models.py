@@ -15,12 +15,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lambdaml.errors import ConfigError, LambdaMLError
-
-if TYPE_CHECKING:
-    from lambdaml.local.lambda_service.sandboxes import Sandbox
 
 OnFailure = Callable[[dict[str, Any]], None] | str | None
 
@@ -154,7 +151,6 @@ class Attempt:
         self.attempt = attempt
         self.client_context = client_context
         self.tail: deque[bytes] | None = deque(maxlen=256) if want_tail else None
-        self.sandbox: Sandbox | None = None
         self.cold = False
         self.assigned_mono = 0.0
         self.assigned_wall = 0.0
