@@ -1,8 +1,8 @@
 """A value on its way to a store: bytes, or several buffers that go out one after another unjoined.
 
 A collective's piece is a tensor header and a view of the vector, sealed behind a prefix and
-cut into parts at the store's item limit. Joined at each step, every byte was copied three
-times before it was sent (a third of a Memcached worker's CPU at d = 1e7). As buffers, a
+cut into parts at the store's item limit. Joined at each step, every byte would be copied
+three times before it is sent, a large share of a worker's CPU. As buffers, a
 channel that sends a list of buffers (Memcached's ``sendmsg``) sends them from the vector's own
 memory; any other joins them once, where it sends.
 

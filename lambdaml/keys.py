@@ -153,10 +153,6 @@ def job_attempt_ended(job_id: str, attempt: int) -> str:
     return job_prefix(job_id) + f"attempts/{_attempt(attempt)}.ended"
 
 
-def job_attempts_prefix(job_id: str) -> str:
-    return job_prefix(job_id) + "attempts/"
-
-
 def attempt_prefix(job_id: str, attempt: int) -> str:
     return job_prefix(job_id) + _attempt(attempt) + "/"
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.arrays import Array
 from lambdaml.registry import Registry
 
@@ -31,9 +32,6 @@ class Optimizer(ABC):
 
     def load_state_dict(self, state: dict[str, Array]) -> None:
         """Restore what ``state_dict`` returned."""
-
-    def reset(self) -> None:
-        """Forget accumulated state (MA-SGD keeps it local; see docs/algorithms.md)."""
 
 
 class SGD(Optimizer):
@@ -61,9 +59,6 @@ class Momentum(Optimizer):
 
     def load_state_dict(self, state: dict[str, Array]) -> None:
         self.velocity = np.array(state["velocity"]) if "velocity" in state else None
-
-    def reset(self) -> None:
-        self.velocity = None
 
 
 class Adam(Optimizer):
@@ -96,15 +91,8 @@ class Adam(Optimizer):
         self.v = np.array(state["v"]) if "v" in state else None
         self.t = int(state["t"])
 
-    def reset(self) -> None:
-        self.m = self.v = None
-        self.t = 0
 
-
-OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer")
-OPTIMIZERS.register("sgd", SGD)
-OPTIMIZERS.register("momentum", Momentum)
-OPTIMIZERS.register("adam", Adam)
+OPTIMIZERS: Registry[type[Optimizer]] = Registry.of("optimizer", catalogue.OPTIMIZERS)
 
 
 def make_optimizer(spec: AlgorithmSpec) -> Optimizer:

@@ -1,15 +1,29 @@
-"""Storage channels: the substrate workers synchronize through."""
+"""Storage channels: the substrate workers synchronize through.
+
+The channel classes are imported on first use (``Channel``, ``Backoff``, ``ChannelStats`` too):
+the catalogue reads the kinds' descriptions (``lambdaml.channels.kinds``) from this package, and
+the cost model asks them without loading any channel, numpy or client library.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from lambdaml import catalogue
-from lambdaml.channels.base import Backoff, Channel, ChannelStats
 from lambdaml.registry import Registry
 
 if TYPE_CHECKING:
+    from lambdaml.channels.base import Backoff, Channel
+    from lambdaml.channels.stats import ChannelStats
     from lambdaml.config import ChannelSpec
+
+#: Where each name this package offers is defined.
+_DEFINED_IN = {
+    "Backoff": "lambdaml.channels.base",
+    "Channel": "lambdaml.channels.base",
+    "ChannelStats": "lambdaml.channels.stats",
+}
 
 CHANNELS: Registry[type[Channel]] = Registry.of("channel", catalogue.CHANNELS)
 
@@ -23,6 +37,12 @@ def open_channel(spec: ChannelSpec) -> Channel:
     channel = CHANNELS.get(spec.kind).from_spec(spec)
     channel.reconnect_s = spec.connect_timeout_s
     return channel
+
+
+def __getattr__(name: str) -> object:
+    if name in _DEFINED_IN:
+        return getattr(importlib.import_module(_DEFINED_IN[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CHANNELS", "Backoff", "Channel", "ChannelStats", "open_channel"]

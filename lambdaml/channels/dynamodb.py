@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lambdaml import aws
 from lambdaml.aws_errors import error_code, translate_botocore
 from lambdaml.channels.base import Channel
+from lambdaml.channels.kinds.dynamodb import DESCRIPTION, DynamoDBSpec
 from lambdaml.errors import ChannelError, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ TABLE_ACTIVE_TIMEOUT_S = 120.0
 class DynamoDBChannel(Channel):
     """Values as binary attributes in one table; BatchGetItem for batch reads."""
 
-    kind = "dynamodb"
+    kind = DESCRIPTION.name
 
     def __init__(self, client: Any, table: str, max_item_bytes: int | None = DEFAULT_MAX_ITEM_BYTES) -> None:
         super().__init__()
@@ -50,6 +51,7 @@ class DynamoDBChannel(Channel):
 
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> DynamoDBChannel:
+        spec = DynamoDBSpec.of(spec)
         if not spec.table:
             raise ChannelError("a dynamodb channel needs a table")
         client = aws.client(

@@ -1,22 +1,18 @@
 """The Memcached channel (ElastiCache for Memcached): fast, with batch reads and writes.
 
 Memcached refuses items of 1 MiB and more by default, so values are chunked by the base
-above ``max_item_bytes``. It has no key listing: ``_list`` walks the server's items with
-``lru_crawler metadump all``. It is a cache: when its memory is full it evicts the least
+above ``max_item_bytes``. It has no key listing: ``_list`` walks the server's items
+(``memcached_listing``). It is a cache: when its memory is full it evicts the least
 recently used items, so size the server for a round's traffic.
 """
 
 from __future__ import annotations
 
-import logging
 import socket
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote
 
 import pymemcache.client.base
-from pymemcache.client.base import Client, PooledClient
 from pymemcache.exceptions import (
     MemcacheError,
     MemcacheIllegalInputError,
@@ -30,12 +26,14 @@ from lambdaml.buffers import Buffers, Placed, Target, Value, cut, joined, size
 from lambdaml.channels import memcached_io
 from lambdaml.channels.base import Channel
 from lambdaml.channels.chunks import WRITE_ID, Manifest, check_parts, manifest_of, part_spans, reassembled_wrong
+from lambdaml.channels.kinds.memcached import DESCRIPTION, MemcachedSpec
+from lambdaml.channels.memcached_auth import AuthenticatingPool
+from lambdaml.channels.memcached_listing import MetadumpListing
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
     from lambdaml.config import ChannelSpec
 
-log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 DEFAULT_PORT = 11211
@@ -46,8 +44,8 @@ SOCKET_TIMEOUT_S = 30.0  # bounds every command, including a 1 MB get
 LIST_TIMEOUT_S = 30.0  # bounds a whole metadump walk, BUSY retries included
 _BATCH = 100  # keys per multi-get / multi-delete request
 
-# pymemcache reads responses 4 KB per recv() and has no option for it: an 800 KB value took
-# 200 system calls, 0.85 ms on loopback against 0.30 ms with 64 KB reads.
+# pymemcache reads responses 4 KB per recv() and has no option for it: a large value would take
+# hundreds of system calls.
 pymemcache.client.base.RECV_SIZE = max(pymemcache.client.base.RECV_SIZE, 64 * 1024)
 
 
@@ -106,66 +104,13 @@ def _dropped(length: int) -> list[memoryview]:
     return [scratch] * whole + ([scratch[:rest]] if rest else [])
 
 
-class _UnknownCommand(Exception):
-    """The server answered a plain ERROR: it does not know this metadump mode."""
-
-
-def authenticate(sock: socket.socket, login: credentials.Credentials, endpoint: str) -> None:
-    """Log a fresh connection in with memcached's text-protocol authentication (``memcached -Y``).
-
-    The protocol is a ``set`` whose value is "username password"; the server answers STORED,
-    or CLIENT_ERROR and refuses every other command on that connection.
-    """
-    token = f"{login.username} {login.password}".encode()
-    sock.sendall(b"set auth 0 0 %d\r\n%s\r\n" % (len(token), token))
-    reply = b""
-    while not reply.endswith(b"\r\n") and len(reply) < 256:
-        data = sock.recv(256)
-        if not data:
-            break
-        reply += data
-    if reply != b"STORED\r\n":
-        answer = reply.decode(errors="replace").strip() or "connection closed"
-        raise ChannelUnavailable(
-            f"memcached at {endpoint} refused the credentials of user {login.username!r} (authentication: {answer})"
-        )
-
-
-class _AuthenticatingClient(Client):  # type: ignore[misc]  # pymemcache ships no types
-    """A pymemcache client that logs every new connection in before its first command."""
-
-    login: credentials.Credentials | None = None
-
-    def _connect(self) -> None:
-        super()._connect()
-        if self.login is not None:
-            try:
-                authenticate(self.sock, self.login, f"{self.server[0]}:{self.server[1]}")
-            except BaseException:
-                self.close()
-                raise
-
-
-class _AuthenticatingPool(PooledClient):  # type: ignore[misc]
-    client_class = _AuthenticatingClient
-
-    def __init__(self, *args: Any, login: credentials.Credentials | None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.login = login
-
-    def _create_client(self) -> Client:
-        client = super()._create_client()
-        client.login = self.login
-        return client
-
-
 class MemcachedChannel(Channel):
     """Values as memcached items; set_many and get_many for batch writes and reads."""
 
-    kind = "memcached"
+    kind = DESCRIPTION.name
     first_poll_s = 0.0001  # an in-memory store (``Channel.first_poll_s``)
     put_batch = _BATCH
-    ordered_writes = True  # a connection's commands run in order: a value's parts, then its manifest
+    ordered_writes = DESCRIPTION.ordered_writes
 
     def __init__(
         self,
@@ -178,26 +123,27 @@ class MemcachedChannel(Channel):
     ) -> None:
         super().__init__()
         self.client = client
-        self.login = login  # the key listing opens its own connections, which log in too
+        self.login = login
         if server is None:
             server = getattr(client, "server", None)
         if server is None or isinstance(server, str):
             raise ChannelError("the memcached channel needs the server's (host, port) to list keys")
         self.server: tuple[str, int] = (str(server[0]), int(server[1]))
         self.max_item_bytes = max_item_bytes
-        self.list_timeout_s = list_timeout_s
-        self._dump_mode = "hash"  # falls back to "all" on servers without the hash walk
         self.endpoint = f"{self.server[0]}:{self.server[1]}"
+        # The key listing opens its own connections, which log in too.
+        self._listing = MetadumpListing(self.server, login, list_timeout_s, SOCKET_TIMEOUT_S)
 
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> MemcachedChannel:
+        spec = MemcachedSpec.of(spec)
         server = (spec.host, spec.port or DEFAULT_PORT)
         login = None
         if spec.auth is not None:
             login = credentials.resolve(spec.auth, region=spec.region)
             if not login.username:
                 raise ChannelError("memcached authentication needs a user: channel.auth.username, or in the secret")
-        client = _AuthenticatingPool(
+        client = AuthenticatingPool(
             server,
             login=login,
             connect_timeout=spec.connect_timeout_s,
@@ -271,8 +217,8 @@ class MemcachedChannel(Channel):
         """Store the items with pipelined ``set`` commands; returns the keys the server refused.
 
         pymemcache builds each command by concatenating it with its value, two copies of
-        every byte (about 14% of a ScatterReduce worker's CPU at d = 1e6): on a pooled client
-        the commands go out with one ``sendmsg`` from the values' own memory instead.
+        every byte: on a pooled client the commands go out with one ``sendmsg`` from the
+        values' own memory instead.
         """
         what = f"set {items[0][0]}" if len(items) == 1 else f"set of {len(items)} keys"
         pool = self._connections
@@ -438,74 +384,7 @@ class MemcachedChannel(Channel):
             self._call(f"delete of {len(batch)} keys", self.client.delete_many, batch, noreply=False)
 
     def _list(self, prefix: str) -> Iterable[str]:
-        deadline = time.monotonic() + self.list_timeout_s
-        delay = 0.005
-        while True:
-            lines = self._metadump(deadline)
-            if lines is not None:
-                break
-            if time.monotonic() + delay > deadline:
-                raise TransientChannelError(f"memcached at {self.endpoint}: the LRU crawler stayed busy")
-            time.sleep(delay)  # another crawl (ours or the server's own) is running
-            delay = min(delay * 2, 0.2)
-        now = time.time()
-        keys = []
-        for line in lines:
-            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            if "key" not in fields:
-                continue
-            key = unquote(fields["key"])
-            exp = int(fields.get("exp", "-1"))
-            if key.startswith(prefix) and (exp < 0 or exp > now):
-                keys.append(key)
-        return keys
-
-    def _metadump(self, deadline: float) -> list[str] | None:
-        """Every item line from ``lru_crawler metadump``; None while the crawler is busy.
-
-        ``metadump hash`` walks the hash table. ``metadump all`` walks the LRUs and can miss
-        an item the LRU maintainer moves between segments mid-walk, so it is only the fallback
-        for servers older than the hash mode.
-        """
-        while True:
-            mode = self._dump_mode
-            try:
-                return self._dump(mode, deadline)
-            except _UnknownCommand:
-                if mode != "hash":
-                    raise ChannelError(f"memcached at {self.endpoint} cannot list keys (no lru_crawler)") from None
-                log.warning("memcached at %s has no 'metadump hash'; listing via the LRUs", self.endpoint)
-                self._dump_mode = "all"
-
-    def _dump(self, mode: str, deadline: float) -> list[str] | None:
-        remaining = max(deadline - time.monotonic(), 0.1)
-        try:
-            with socket.create_connection(self.server, timeout=min(remaining, SOCKET_TIMEOUT_S)) as sock:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self.login is not None:
-                    authenticate(sock, self.login, self.endpoint)
-                sock.sendall(f"lru_crawler metadump {mode}\r\n".encode())
-                buffer = bytearray()
-                while True:
-                    if time.monotonic() > deadline:
-                        raise ChannelUnavailable(f"memcached at {self.endpoint}: key listing timed out")
-                    data = sock.recv(1 << 16)
-                    if not data:
-                        raise TransientChannelError(f"memcached at {self.endpoint} closed the connection mid-listing")
-                    buffer += data
-                    if buffer.startswith(b"BUSY") and buffer.endswith(b"\r\n"):
-                        return None
-                    if buffer == b"ERROR\r\n":
-                        raise _UnknownCommand(mode)
-                    if buffer.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")) and buffer.endswith(b"\r\n"):
-                        message = bytes(buffer).decode(errors="replace").strip()
-                        raise ChannelError(f"memcached at {self.endpoint} cannot list keys: {message}")
-                    # Item lines end in "\n" and hold URL-encoded keys, so "\nEND\r\n" only ends the dump.
-                    if buffer.endswith(b"END\r\n") and (len(buffer) == 5 or buffer[-6:-5] == b"\n"):
-                        break
-        except (TimeoutError, OSError) as exc:
-            raise ChannelUnreachable(f"cannot reach memcached at {self.endpoint} to list keys: {exc}") from exc
-        return bytes(buffer[:-5]).decode(errors="replace").splitlines()
+        return self._listing.keys(prefix)
 
     def ensure(self) -> None:
         """Nothing to create; check the server answers, so a bad endpoint fails at setup."""

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from lambdaml.channels.base import Channel
+from lambdaml.channels.kinds.memory import DESCRIPTION
 from lambdaml.errors import KeyNotFound
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class MemoryChannel(Channel):
     """A thread-safe dict."""
 
-    kind = "memory"
+    kind = DESCRIPTION.name
 
     def __init__(self) -> None:
         super().__init__()

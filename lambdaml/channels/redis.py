@@ -17,6 +17,7 @@ from redis.retry import Retry
 
 from lambdaml import credentials, settings
 from lambdaml.channels.base import Channel
+from lambdaml.channels.kinds.redis import DESCRIPTION, RedisSpec
 from lambdaml.errors import ChannelError, ChannelUnavailable, ChannelUnreachable, KeyNotFound, TransientChannelError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def escape_glob(prefix: str) -> str:
 class RedisChannel(Channel):
     """Values as Redis strings; pipelined SETs for batch writes, MGET for batch reads."""
 
-    kind = "redis"
+    kind = DESCRIPTION.name
     first_poll_s = 0.0001  # an in-memory store (``Channel.first_poll_s``)
     put_batch = 100
 
@@ -53,6 +54,7 @@ class RedisChannel(Channel):
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> RedisChannel:
         """A client with AUTH from ``spec.auth`` (or LAMBDAML_REDIS_PASSWORD) and TLS when ``spec.tls``."""
+        spec = RedisSpec.of(spec)
         username, password = None, settings.get(settings.ENV_REDIS_PASSWORD) or None
         if spec.auth is not None:
             found = credentials.resolve(spec.auth, region=spec.region)

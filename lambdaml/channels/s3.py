@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lambdaml import aws
 from lambdaml.aws_errors import THROTTLING_CODES, error_code, status_code, translate_botocore
 from lambdaml.channels.base import Channel
+from lambdaml.channels.kinds.s3 import DESCRIPTION, S3Spec
 from lambdaml.channels.s3_objects import S3Objects
 from lambdaml.errors import ChannelError, KeyNotFound, TransientChannelError
 
@@ -29,8 +30,8 @@ log = logging.getLogger(__name__)
 class S3Channel(Channel):
     """Values as objects in one bucket; listings paginate, deletes go 1,000 keys a request."""
 
-    kind = "s3"
-    ranged_reads = True  # HTTP Range: a GET of part of an object costs what any GET costs
+    kind = DESCRIPTION.name
+    ranged_reads = DESCRIPTION.ranged_reads
 
     def __init__(self, client: Any, bucket: str, objects: S3Objects | None = None) -> None:
         super().__init__()
@@ -41,6 +42,7 @@ class S3Channel(Channel):
 
     @classmethod
     def from_spec(cls, spec: ChannelSpec) -> S3Channel:
+        spec = S3Spec.of(spec)
         if not spec.bucket:
             raise ChannelError("an s3 channel needs a bucket")
         client = aws.client(
@@ -106,7 +108,7 @@ class S3Channel(Channel):
             if size.isdigit() and int(size) >= stop:
                 raise TransientChannelError(f"s3 {what}: the body was cut off at {len(body)} bytes")
             # Retried, then it stands, as a range that starts past the end: moto sizes an object it is
-            # still writing at what it has written (13 of 20 MB, seen at W = 8, d = 1e7).
+            # still writing at what it has written.
             raise TransientChannelError(
                 f"s3: range {start}:{stop} of {key} runs past the end of its {size or '?'} bytes"
             )

@@ -23,7 +23,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from lambdaml.buffers import Placed, Target, Value, joined
-from lambdaml.channels.base import Backoff, Channel, Piece, Range
+from lambdaml.channels.base import Backoff, Channel, Piece
+from lambdaml.channels.values import Range
 from lambdaml.errors import CodecError
 from lambdaml.seal import OVERHEAD, Sealer
 

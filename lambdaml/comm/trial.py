@@ -30,9 +30,8 @@ from lambdaml.errors import CodecError
 
 #: Rounds at the start of each candidate's turn that are not timed: the first sets up its
 #: buffers, and both still carry the previous pattern's work (deleting its values: on AllReduce
-#: a whole vector per rank). Turns alternating in blocks of a few rounds timed each pattern
-#: beside the others' deletes and heaps: at W = 8, d = 1e7 on Redis they had AllReduce ahead of
-#: ScatterReduce, which alone ran 0.78x AllReduce's round.
+#: a whole vector per rank). Turns are blocks of a few rounds, not single rounds, so that no
+#: pattern is timed beside the others' deletes and heaps.
 UNTIMED = 2
 
 #: Each candidate's seconds (a median round, or a spread), None where none of its rounds was timed.
@@ -92,14 +91,12 @@ class PatternTrial:
     def decide(self, records: Mapping[int, bytes | memoryview]) -> tuple[str, dict[str, float] | None]:
         """The pattern every rank keeps, from all ranks' records, and each candidate's round: the
         slowest rank's median, since a BSP round lasts until its last rank has the sum (a mean
-        over the ranks counts the AllReduce aggregator's and 2-D's early finishers, and had 2-D
-        at 0.91-0.94x its round from a common start at W = 8 on Redis).
+        over the ranks would count the AllReduce aggregator's and 2-D's early finishers).
 
         The first candidate in the model's order whose round exceeds the fastest one's by no more
-        than their spreads added (each the largest over the ranks) is kept: at W = 2, d = 1e4 on
-        Redis and Memcached the two patterns' rounds lay within 2% of each other in the trial and
-        their fixed measurements ranked them either way from run to run, so a verdict on such a
-        difference only made the kept pattern change between runs of the same job.
+        than their spreads added (each the largest over the ranks) is kept: a verdict on a
+        difference within the spread would only make the kept pattern change between runs of
+        the same job.
 
         The model's choice and None where a rank timed no round of a candidate, or the ranks timed
         different vectors (a job with too few rounds, or a rank resumed late in it)."""

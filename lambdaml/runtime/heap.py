@@ -4,27 +4,22 @@ A round allocates and frees buffers the size of the model (an encoded vector, a 
 value, a decoded copy, a sum). glibc's malloc returns freed memory at the top of its heap
 to the kernel once it exceeds a threshold that it tunes on the fly, so a worker whose heap
 holds little else (a small shard, a large model) gives those pages back and faults them in
-again next round: measured on loopback with an 800 KB vector, 60,000-70,000 page faults a
-second and rounds twice as long. A fixed trim threshold keeps up to ``TRIM_THRESHOLD`` of free
-heap. It is that high because one get of a large value passes through several buffers at
-once: redis-py reads a 48 MB value into a buffer that grows to 64 MB, then copies it out, so
-a threshold of 128 MiB still gave 47,000 pages back per get (142 ms a get, 47 ms with none
-given back). What the heap keeps, the process held at its peak a moment before: keeping it
+again next round, which can double a round. A fixed trim threshold keeps up to
+``TRIM_THRESHOLD`` of free heap. It is that high because one get of a large value passes
+through several buffers at once (redis-py reads a value into a buffer that grows past it, then
+copies it out). What the heap keeps, the process held at its peak a moment before: keeping it
 raises no peak, and a Lambda function's memory is its peak.
 
 Buffers over malloc's mmap threshold (at most ``MMAP_THRESHOLD``, 32 MiB: a 40 MB vector at
 d = 1e7 float32 is over it) would be mapped on their own, unmapped when freed and faulted in
 afresh each round, whatever the trim threshold. So no buffer is mapped on its own: large ones
 come from the heap and are reused too (where the heap cannot grow, malloc still maps memory).
-On Memcached at W = 4, d = 1e7 the round went from 270 to 178 ms with AllReduce (its
-aggregator's CPU halved) and from 170 to 140 ms with ScatterReduce; the workers' peak RSS went
-up by at most a fifth (freed large buffers stay in the heap).
+The price is a somewhat higher peak RSS: freed large buffers stay in the heap.
 
 Those thresholds govern the main heap only. A buffer a channel's thread allocates (a value it
-reads) comes from that thread's own arena, whose heaps malloc maps and unmaps on its own terms:
-on Memcached at W = 4, d = 1e7 a 10 MB receive buffer took 13-31 ms to get, every round, more
-than reading it. One arena puts every thread's buffers on the main heap (the worker's round
-there: 15-20% less CPU); the threads share its lock, which a round's few large allocations
+reads) comes from that thread's own arena, whose heaps malloc maps and unmaps on its own terms,
+so a large receive buffer can cost more to get than to read. One arena puts every thread's
+buffers on the main heap; the threads share its lock, which a round's few large allocations
 do not contend for.
 """
 

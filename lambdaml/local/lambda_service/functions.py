@@ -34,14 +34,6 @@ class Functions:
             for fn in pending:
                 self._check_destination(fn)
 
-    def add(self, fn: FunctionConfig) -> Pool | None:
-        """Register (or replace) a function; returns the pool it replaced, whose sandboxes are the caller's to kill."""
-        with self._lock:
-            old = self._pools.get(fn.name)
-            self._add(fn)
-            self._check_destination(fn)
-        return old
-
     def _add(self, fn: FunctionConfig) -> None:
         self.concurrency.reserve(fn.name, fn.reserved_concurrency)
         self._functions[fn.name] = fn

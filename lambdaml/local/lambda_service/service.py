@@ -205,13 +205,6 @@ class LambdaService:
     def functions(self) -> dict[str, FunctionConfig]:
         return self._functions.snapshot()
 
-    def add_function(self, fn: FunctionConfig) -> None:
-        """Register (or replace, dropping warm sandboxes of) a function; allowed while running."""
-        old = self._functions.add(fn)
-        if old is not None:
-            for sandbox in old.close():
-                sandbox.kill()
-
     def function_arn(self, name: str) -> str:
         return f"arn:aws:lambda:{self.region}:{self.account_id}:function:{name}"
 
