@@ -2,7 +2,7 @@
 
 User mistakes end with one line on stderr and a non-zero exit, never a traceback. This module
 parses the arguments and hands them to the command's module (train, stack, data, iaas, advice,
-demo), each a thin layer over the library; what they print is in ``output``.
+demo, ...), each a thin layer over the library; what they print is in ``output``.
 """
 
 from __future__ import annotations
@@ -11,23 +11,15 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from lambdaml.cli.advice import _names, _number, _workload_from, cmd_advise, cmd_calibrate, profile_path
-from lambdaml.cli.data import _memory_limit, cmd_data
+from lambdaml.cli.advice import cmd_advise, cmd_calibrate, profile_path
+from lambdaml.cli.data import cmd_data
 from lambdaml.cli.demo import cmd_demo
 from lambdaml.cli.iaas import cmd_compare, cmd_iaas
+from lambdaml.cli.local_stack import cmd_local
 from lambdaml.cli.model import cmd_evaluate, cmd_export, cmd_predict
-from lambdaml.cli.output import (
-    _accuracy_of,
-    _print_advice,
-    _print_profile,
-    configure,
-    console,
-    errors,
-    one_line,
-    print_result,
-)
+from lambdaml.cli.output import configure, console, errors, one_line, print_result
 from lambdaml.cli.parser import build_parser, verbosity
-from lambdaml.cli.stack import cmd_cancel, cmd_clean, cmd_jobs, cmd_local, cmd_logs, cmd_status
+from lambdaml.cli.stack import cmd_cancel, cmd_clean, cmd_jobs, cmd_logs, cmd_status
 from lambdaml.cli.train import cmd_attach, cmd_train, train
 from lambdaml.errors import LambdaMLError
 from lambdaml.interrupts import interrupt_once
@@ -99,13 +91,6 @@ def _stopped(args: argparse.Namespace | None) -> str:
 __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
-    "_accuracy_of",
-    "_memory_limit",
-    "_names",
-    "_number",
-    "_print_advice",
-    "_print_profile",
-    "_workload_from",
     "build_parser",
     "cmd_advise",
     "cmd_attach",

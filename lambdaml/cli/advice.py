@@ -50,6 +50,7 @@ def profile_path(name: str) -> Path:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from analytic_model.profile import save_profile
     from lambdaml import calibrate as cal
+    from lambdaml.cli.advice_arguments import server_address
     from lambdaml.config import check_endpoint_url
     from lambdaml.models import MODELS
 
@@ -79,10 +80,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             timed_from_here=not local, on_step=step,
         )  # fmt: skip
     else:
-        with cal.local_channels(kinds, endpoint_url=args.endpoint_url, redis=args.redis, memcached=args.memcached) as (
-            specs,
-            storage,
-        ):
+        addresses = {kind: getattr(args, server_address(kind), None) for kind in kinds}
+        with cal.local_channels(kinds, endpoint_url=args.endpoint_url, addresses=addresses) as (specs, storage):
             measured = cal.calibrate(
                 specs, [probe], storage=storage, effort=effort, target=target, shared_cores=cal.cores(), on_step=step
             )

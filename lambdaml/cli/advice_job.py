@@ -17,6 +17,7 @@ from typing import Any
 
 from lambdaml import catalogue
 from lambdaml.config import JobSpec, parse_job, read_job_file
+from lambdaml.config.algorithm import LocalTrainingSpec
 from lambdaml.errors import ConfigError, LambdaMLError
 
 log = logging.getLogger(__name__)
@@ -44,14 +45,14 @@ def job_options(job: JobSpec, raw: dict[str, Any]) -> dict[str, Any]:
         "algorithm": spec.name,
         "optimizer": spec.optimizer,
         "batch_size": str(spec.batch_size),
-        "local_epochs": str(spec.local_epochs),
+        "local_epochs": str(spec.local_epochs if isinstance(spec, LocalTrainingSpec) else 1),
         "k": str(job.model.k),
         "protocol": job.sync.protocol,
     }
     compression = spec.compression_spec
     if compression is not None:
         options["compression"] = compression.name
-    if job.channel.kind in catalogue.SHARED_CHANNELS:  # "memory" is one process's: no Lambda equivalent
+    if catalogue.channel(job.channel.kind).connects_processes:  # one process's channel has no Lambda equivalent
         options["channels"] = [job.channel.kind]
     if job.sync.pattern != "auto":
         options["patterns"] = [job.sync.pattern]

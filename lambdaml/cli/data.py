@@ -54,7 +54,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def data_list(args: argparse.Namespace) -> int:
-    from lambdaml.data.shards import datasets
+    from lambdaml.data.versions import datasets
     from lambdaml.storage import open_storage
 
     storage = _storage(args)
@@ -69,7 +69,7 @@ def data_list(args: argparse.Namespace) -> int:
 
 
 def data_rm(args: argparse.Namespace) -> int:
-    from lambdaml.data.shards import remove
+    from lambdaml.data.versions import remove
     from lambdaml.storage import open_storage
 
     storage = _storage(args)

@@ -47,7 +47,7 @@ def cmd_iaas(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from lambdaml.compare import comparison_json, comparison_tables, load_results, plot_comparison
+    from lambdaml.cli.compare import comparison_json, comparison_tables, load_results, plot_comparison
 
     results = load_results(args.results)
     plot = plot_comparison(results, args.plot) if args.plot else None

@@ -264,7 +264,7 @@ def _advice_rows(advice: Any, *, every: bool) -> list[tuple[Any, bool]]:
 def advice_table(advice: Any, *, every: bool) -> Table:
     """The configurations the advisor predicted, fastest first; ``*`` marks the Pareto front.
 
-    Rows of the same figures over several channels are one (``redis|memcached``); "start" is all but
+    Rows of the same figures over several channels are one (``a|b``); "start" is all but
     computing and communicating (start-up, loading, checkpoints, heartbeats, fresh invocations),
     so start, compute and comm add up to the time.
     """

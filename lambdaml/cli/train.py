@@ -93,7 +93,7 @@ def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: a
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a stack's job started earlier (or, without --stack, one running here), ending as ``train`` would have."""
     if args.stack is None:
-        from lambdaml.cli.stack import attach_here
+        from lambdaml.cli.here import attach_here
 
         return attach_here(args)
     from lambdaml.backends.stack import StackBackend, resolve_stack
@@ -138,7 +138,7 @@ def interrupted(backend: Any, job_id: str, args: argparse.Namespace) -> int:
         )
         return 130
     try:
-        state = backend.cancel(job_id).get("state")
+        state = backend.cancel(job_id).state
     except LambdaMLError as exc:  # e.g. interrupted before the coordinator claimed the job
         errors.print(f"interrupted: job {job_id} not cancelled: {one_line(str(exc))}")
         return 130

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from lambdaml.arrays import Array
 from lambdaml.data.formats import ParquetColumns, column_names, csv_header, csv_text, libsvm, parquet_columns
-from lambdaml.data.shards import class_values, first_foreign_label
+from lambdaml.data.labels import class_values, first_foreign_label
 from lambdaml.errors import DataError, brief
 
 _SHOWN_LABELS = 10

@@ -27,6 +27,7 @@ import pytest
 from numpy.lib import format as npy_format
 
 from lambdaml import cli
+from lambdaml.cli.data import _memory_limit
 from lambdaml.data.formats import (
     default_memory_limit,
     format_bytes,
@@ -501,5 +502,5 @@ def test_cli_memory_limit_refuses_before_s3_in_one_line(tmp_path: Path, capsys: 
 
 @pytest.mark.parametrize(("text", "size"), [("8G", 8e9), ("500M", 5e8), ("1e9", 1e9), ("1.5GiB", 1.5 * 2**30)])
 def test_cli_memory_limit_sizes(text: str, size: float) -> None:
-    assert cli._memory_limit(text) == int(size)
-    assert math.isclose(cli._memory_limit(text.lower()) or 0, size)
+    assert _memory_limit(text) == int(size)
+    assert math.isclose(_memory_limit(text.lower()) or 0, size)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from analytic_model.profile import save_profile
 from lambdaml import cli
+from lambdaml.cli.output import _print_profile
 from lambdaml.config import parse_job
 from lambdaml.errors import ConfigError
 
@@ -49,7 +50,7 @@ def test_the_profile_table_prints_names_from_the_profile_literally(capsys: pytes
         "channels": {"[/x]": {**channel, "server_get_s": 0.001}},
         "faas": {"cold_start_s": {"numpy": 1.0}, "invoke_s": 0.1},
     }
-    cli._print_profile(measured)
+    _print_profile(measured)
     out = capsys.readouterr().out
     assert "channels (stack:[/x])" in out and "\n[/x]   " in out, out  # the name whole, at the start of its row
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lambdaml import cli
-from lambdaml.compare import labels, load_results, plot_comparison, plot_series, summaries
+from lambdaml.cli.compare import labels, load_results, plot_comparison, plot_series, summaries
 from lambdaml.runtime.reports import JobResult
 from tests.unit.test_tables_fit import job_result
 

@@ -80,7 +80,7 @@ def _use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[str, list[
 
 
 def _compare(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[str, list[str]]:
-    from lambdaml.compare import comparison_tables
+    from lambdaml.cli.compare import comparison_tables
 
     paths = [shutil.copy(p, tmp_path / p.name) for p in (LOCAL, IAAS)]
     shown = printed(capsys, lambda: cli.main(["compare", *map(str, paths), "--plot", str(tmp_path / "compare.png")]))

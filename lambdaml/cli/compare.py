@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lambdaml.cli.output import new_table
 from lambdaml.errors import ConfigError, brief
 from lambdaml.runtime.reports import JobResult, read_result_file
 
@@ -145,7 +146,6 @@ def summaries(results: Sequence[JobResult]) -> list[Summary]:
 def comparison_tables(results: Sequence[JobResult]) -> list[Table]:
     """Two tables, where the runs took their time and what they cost and reached, each fitting 80 columns."""
     from analytic_model.advisor import format_money, format_time
-    from lambdaml.cli.output import new_table
 
     rows = summaries(results)
     times = new_table("time per run", ("run", "wall", "per epoch", "load", "compute", "comm", "wait"))
