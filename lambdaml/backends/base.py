@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -31,6 +31,7 @@ from lambdaml.runtime.results import (
     lambda_job_cost,
 )
 from lambdaml.runtime.start import begin, job_secret
+from lambdaml.runtime.status import JobStatus
 from lambdaml.storage import open_storage
 
 
@@ -74,21 +75,24 @@ class Run:
     handle: Any = None  # the backend's own: processes, a torchrun, nothing for a stack
 
 
-def known_state(store: Channel, job_id: str) -> dict[str, Any]:
+def known_state(store: Channel, job_id: str) -> JobStatus:
     """The job's state record; a job the bucket has no record of is an error."""
     state = records.status(store, job_id)
-    if state.get("state") == "unknown":
+    if not state.known:
         raise JobFailed(f"no job {job_id!r} in {store.describe()}")
     return state
 
 
-def with_heartbeats(store: Channel, job_id: str, job: JobSpec, state: dict[str, Any]) -> dict[str, Any]:
-    """A state record with the heartbeats of its attempt and the job's epochs: what a status shows
-    (each worker's latest epoch; not the epochs so far its record keeps for a follower)."""
-    attempt = int(state.get("attempt", 1))
-    beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
+def with_heartbeats(
+    store: Channel, job_id: str, job: JobSpec, state: JobStatus | Mapping[str, object]
+) -> dict[str, Any]:
+    """A state record (or its JSON) as JSON with the heartbeats of its attempt and the job's epochs: what a
+    status shows (each worker's latest epoch; not the epochs so far its record keeps for a follower)."""
+    if not isinstance(state, JobStatus):
+        state = JobStatus.from_json(state, job_id)
+    beats = store.get_many([keys.worker_heartbeat(job_id, state.attempt, r) for r in range(job.workers)])
     heartbeats = [{k: v for k, v in json.loads(beats[key]).items() if k != "epochs"} for key in sorted(beats)]
-    return {**state, "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+    return {**state.to_json(), "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
 
 
 class Backend(ABC):
@@ -116,23 +120,14 @@ class Backend(ABC):
         """
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """The job's state record, with the heartbeats of its current attempt (``workers``)."""
+        """The job's state record with the heartbeats of its current attempt (``workers``), as JSON to show."""
         store = self.store()
         state = known_state(store, job_id)
         return with_heartbeats(store, job_id, records.stored_job(store, job_id), state)
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        """Ask a running job to stop: its workers see the marker at their next heartbeat."""
-        store = self.store()
-        state = records.status(store, job_id)
-        if state.get("state") == records.RUNNING:
-            attempt = int(state.get("attempt", 1))
-            store.put(keys.job_cancel(job_id, attempt), b"1")
-            # A cancel that lost to the job's finish says so, though its record may be a moment behind.
-            standing = records.set_status(store, job_id, attempt, records.CANCELLED)
-            now = records.status(store, job_id)
-            return {**now, "state": standing} if int(now.get("attempt", 0) or 0) == attempt else now
-        return records.status(store, job_id)
+    def cancel(self, job_id: str) -> JobStatus:
+        """Ask a running job to stop: its workers see the marker at their next heartbeat. Its record after."""
+        return records.cancel(self.store(), job_id)
 
     def saved(self, run: Run, result: JobResult) -> None:
         """The run's result file is on this machine, at ``result.result_path``."""

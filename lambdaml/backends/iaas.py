@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -129,43 +129,57 @@ class IaaSLocalBackend(MachineBackend):
     ) -> None:
         """Relay the ranks' progress until torchrun exits; fail on the first rank's error."""
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
-        last_heard = time.monotonic()
+        heard = _Heard(last_s=time.monotonic(), on_event=on_event, on_progress=on_progress)
         readers: dict[Path, IO[str]] = {}
-        done: set[int] = set()
-        errors: list[dict[str, Any]] = []
         try:
             while True:
                 exited = process.poll() is not None
                 for path in sorted(events_dir.glob("rank*.jsonl")):
-                    reader = readers.get(path) or readers.setdefault(path, path.open())
-                    for line in reader.readlines():
-                        last_heard = time.monotonic()
-                        event = json.loads(line)
-                        if event["kind"] == "error":
-                            errors.append(event)
-                        elif event["kind"] == "done":
-                            done.add(event["rank"])
-                        elif event["kind"] == "steps":
-                            if on_progress is not None:
-                                on_progress(StepEvent(event["rank"], event["epoch"], event["step"], event["steps"]))
-                        elif on_event is not None:
-                            on_event(JobEvent(event["rank"], event["epoch"], event["loss"], event["elapsed_s"]))
-                if exited:
-                    break
-                if errors and time.monotonic() - last_heard > _ERROR_SETTLE_S:
-                    break  # the other ranks have had time to report what they saw
-                if time.monotonic() - last_heard > silence_limit:
+                    heard.read(readers.get(path) or readers.setdefault(path, path.open()))
+                settled = heard.errors and time.monotonic() - heard.last_s > _ERROR_SETTLE_S
+                if exited or settled:
+                    break  # after an error, the other ranks have had time to report what they saw
+                if time.monotonic() - heard.last_s > silence_limit:
                     raise JobFailed(f"no worker reported for {silence_limit:g}s; giving up")
                 time.sleep(_POLL_S)
         finally:
             for reader in readers.values():
                 reader.close()
-        if errors:
+        if heard.errors:
             # One rank's failure makes its peers' collectives fail too: report the cause.
-            cause = next((e for e in errors if e.get("type") != "SyncTimeout"), errors[0])
+            cause = next((e for e in heard.errors if e.get("type") != "SyncTimeout"), heard.errors[0])
             raise JobFailed(f"worker {cause['rank']} failed: {cause['message']}")
-        if process.returncode != 0 or len(done) < job.workers:
+        if process.returncode != 0 or len(heard.done) < job.workers:
             raise JobFailed(f"torchrun exited with code {process.returncode}: {_last_line(log_path)}")
+
+
+@dataclass
+class _Heard:
+    """What the ranks' event files (``lambdaml.runtime.iaas``) have said: progress is passed on as it comes."""
+
+    last_s: float  # when a rank last wrote (time.monotonic)
+    on_event: EventCallback | None
+    on_progress: ProgressCallback | None
+    done: set[int] = field(default_factory=set)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def read(self, reader: IO[str]) -> None:
+        """The lines a rank's file has gained since the last read."""
+        for line in reader.readlines():
+            self.last_s = time.monotonic()
+            self.take(json.loads(line))
+
+    def take(self, event: dict[str, Any]) -> None:
+        kind, rank = event["kind"], event["rank"]
+        if kind == "error":
+            self.errors.append(event)
+        elif kind == "done":
+            self.done.add(rank)
+        elif kind == "steps":
+            if self.on_progress is not None:
+                self.on_progress(StepEvent(rank, event["epoch"], event["step"], event["steps"]))
+        elif self.on_event is not None:
+            self.on_event(JobEvent(rank, event["epoch"], event["loss"], event["elapsed_s"]))
 
 
 def _descendants(pid: int) -> list[int]:

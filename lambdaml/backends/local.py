@@ -1,4 +1,4 @@
-"""Local backend: W worker processes on this machine (threads for the in-memory channel)."""
+"""Local backend: W worker processes on this machine (threads for an in-process channel, such as the in-memory one)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_ready
 from typing import Any
 
+from lambdaml import catalogue
 from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, ProgressCallback, Run, StepEvent
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec, parse_job
@@ -156,14 +157,14 @@ def _stop(handle: _Workers) -> None:
 
 
 class LocalBackend(MachineBackend):
-    """Each rank in its own process, like Lambda; the in-memory channel runs ranks as threads."""
+    """Each rank in its own process, like Lambda; a channel that cannot connect processes runs ranks as threads."""
 
     name = "local"
 
     def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> _Workers:
         job_data, attempt_data = job.model_dump(mode="json"), attempt.to_json()
         workers: list[Any]
-        if job.channel.kind == "memory":
+        if not catalogue.channel(job.channel.kind).connects_processes:  # one channel, shared by threads
             events: Any = queue.Queue()
             shared = open_channel(job.channel)
             workers = [
@@ -205,36 +206,61 @@ class LocalBackend(MachineBackend):
         silence_limit = job.sync.timeout_s + _SILENCE_GRACE_S
         last_heard = time.monotonic()
         while len(reports) < job.workers:
-            try:
-                kind, rank, payload = events.get(timeout=0.5)
-            except queue.Empty:
-                dead = [r for r, w in enumerate(workers) if r not in reports and not w.is_alive()]
-                if dead:
-                    # A message may still be in flight from a worker that just exited.
-                    try:
-                        kind, rank, payload = events.get(timeout=1.0)
-                    except queue.Empty:
-                        raise JobFailed(f"worker {dead[0]} exited without a report") from None
-                elif time.monotonic() - last_heard > silence_limit:
-                    raise JobFailed(f"no worker reported for {silence_limit:g}s; giving up") from None
-                else:
-                    continue
+            message = _next_message(events, {r: w for r, w in enumerate(workers) if r not in reports})
+            if message is None:
+                if time.monotonic() - last_heard > silence_limit:
+                    raise JobFailed(f"no worker reported for {silence_limit:g}s; giving up")
+                continue
             last_heard = time.monotonic()
-            if kind == "cancelled":
-                raise JobCancelled(payload)
-            if kind == "error":
-                raise JobFailed(f"worker {rank} failed: {payload}")
-            if kind == "epoch":
-                if on_event is not None:
-                    on_event(JobEvent(rank, *payload))
-            elif kind == "steps":
-                if on_progress is not None:
-                    on_progress(StepEvent(rank, *payload))
-            else:
-                reports[rank] = payload
+            kind, rank, payload = message
+            report = _relay(kind, rank, payload, on_event, on_progress)
+            if report is not None:
+                reports[rank] = report
         return [reports[r] for r in range(job.workers)]
 
     def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
         """Priced as Lambda would bill the same run: one invocation per worker for its whole time."""
         as_lambda = [Invocation(w.times.total_s, job.runtime.memory_mb, cold=True) for w in workers]
         return job_cost(job.channel.kind, total_traffic(workers), as_lambda, wall_s, job.storage.region)
+
+
+#: A worker's message: (kind, rank, payload); see ``_worker_main``.
+_Message = tuple[str, int, Any]
+
+
+def _next_message(events: Any, waiting: dict[int, Any]) -> _Message | None:
+    """The next message from the workers, or None after a short wait without one. A worker of
+    ``waiting`` (by rank: those yet to report) that has exited without a report fails the job."""
+    try:
+        message: _Message = events.get(timeout=0.5)
+        return message
+    except queue.Empty:
+        pass
+    dead = [rank for rank, worker in waiting.items() if not worker.is_alive()]
+    if not dead:
+        return None
+    try:  # a message may still be in flight from a worker that just exited
+        message = events.get(timeout=1.0)
+        return message
+    except queue.Empty:
+        raise JobFailed(f"worker {dead[0]} exited without a report") from None
+
+
+def _relay(
+    kind: str, rank: int, payload: Any, on_event: EventCallback | None, on_progress: ProgressCallback | None
+) -> WorkerReport | None:
+    """Pass a worker's progress on; its report, or its failure as the job's."""
+    if kind == "cancelled":
+        raise JobCancelled(payload)
+    if kind == "error":
+        raise JobFailed(f"worker {rank} failed: {payload}")
+    if kind == "epoch":
+        if on_event is not None:
+            on_event(JobEvent(rank, *payload))
+    elif kind == "steps":
+        if on_progress is not None:
+            on_progress(StepEvent(rank, *payload))
+    else:
+        report: WorkerReport = payload
+        return report
+    return None

@@ -27,7 +27,9 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.errors import ConfigError, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
+from lambdaml.runtime.events import CoordinatorEvent
 from lambdaml.runtime.reports import JobResult
+from lambdaml.runtime.status import JobStatus
 from lambdaml.storage import get_json, open_storage
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class Stack:
         """What the stack's functions know of it (on AWS, their environment), read from its outputs."""
         host, _, port = self.outputs.get("CacheEndpoint", "").partition(":")
         cache_kind = self.outputs.get("CacheKind")
+        cache = catalogue.CHANNELS.get(cache_kind or "")  # the kind's description says how AWS serves it
         return settings.StackEnvironment(
             data_bucket=self.outputs.get("DataBucketName"),
             comm_bucket=self.outputs.get("CommBucketName"),
@@ -67,7 +70,7 @@ class Stack:
             cache_kind=cache_kind,
             cache_host=host or None,
             cache_port=int(port) if port.isdigit() else None,
-            cache_tls=cache_kind == "redis" and not self.endpoints,  # ElastiCache Redis speaks TLS only
+            cache_tls=bool(cache and cache.stack_cache_secured) and not self.endpoints,  # on AWS, TLS only
             worker_function=self.outputs.get("WorkerFunctionName"),
             torch_worker_function=self.outputs.get("TorchWorkerFunctionName"),
             jobs_table=self.outputs.get("JobsTableName"),
@@ -171,27 +174,37 @@ def bind(job: dict[str, Any], stack: Stack, source: str = "job") -> JobSpec:
     if not isinstance(job, dict):
         return parse_job(job, source)  # reports the shape error
     data = {**job, "storage": dict(job.get("storage") or {}), "channel": dict(job.get("channel") or {"kind": "s3"})}
-    s3, environment = stack.endpoints.get("s3"), stack.environment()
+    s3 = stack.endpoints.get("s3")  # the data bucket's
     data["storage"].update(bucket=stack.output("DataBucketName"), endpoint_url=s3, region=stack.region)
     channel = data["channel"]
     kind = channel.get("kind", "s3")
-    if kind == "s3":
-        channel.update(bucket=stack.output("CommBucketName"), endpoint_url=s3, region=stack.region)
-    elif kind == "dynamodb":
-        channel.update(table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"))
-    elif kind == environment.cache_kind:
-        channel.update(host=environment.cache_host, port=environment.cache_port)
-        if environment.cache_tls:  # ElastiCache Redis in the template has transit encryption on
-            channel["tls"] = True
-            # ... and an AUTH token in Secrets Manager, which the functions' roles may read
-            if "CacheAuthSecretArn" in stack.outputs and "auth" not in channel:
-                channel["auth"] = {"secret_id": stack.outputs["CacheAuthSecretArn"]}
+    if isinstance(kind, str) and kind in catalogue.CHANNELS:  # an unknown kind: parse_job says so
+        given = set(channel)
+        channel.update({k: v for k, v in channel_from_stack(kind, stack).items() if k != "auth" or k not in given})
     bound = parse_job(data, source)
     try:
-        check_fits_stack(bound, environment)
+        check_fits_stack(bound, stack.environment())
     except ConfigError as exc:
         raise ConfigError(f"stack {stack.name!r}: {exc}") from None
     return bound
+
+
+def channel_from_stack(kind: str, stack: Stack) -> dict[str, Any]:
+    """The channel fields a stack provides for the kind, as its description says: the resources its
+    outputs name; an AWS service's endpoint and region; its cache's address, where the cache serves
+    that kind, with TLS and the AUTH secret where the cache on AWS has them. Empty: it provides none."""
+    info, environment = catalogue.channel(kind), stack.environment()
+    fields: dict[str, Any] = {f.field: stack.output(f.output) for f in info.stack_fields}
+    if info.aws_service is not None:
+        fields.update(endpoint_url=stack.endpoints.get(info.aws_service), region=stack.region)
+    if info.stack_cache and kind == environment.cache_kind:
+        fields.update(host=environment.cache_host, port=environment.cache_port)
+        if environment.cache_tls:  # the template's cache on AWS has transit encryption on ...
+            fields["tls"] = True
+            # ... and an AUTH token in Secrets Manager, which the functions' roles may read
+            if "CacheAuthSecretArn" in stack.outputs:
+                fields["auth"] = {"secret_id": stack.outputs["CacheAuthSecretArn"]}
+    return fields
 
 
 def check_concurrency(job: JobSpec, stack: Stack) -> None:
@@ -233,13 +246,12 @@ def check_concurrency(job: JobSpec, stack: Stack) -> None:
 def start(job: JobSpec, stack: Stack, *, job_id: str | None = None, resume: bool = False) -> tuple[str, int]:
     """Invoke the coordinator; return the job id it started (or resumed) and the attempt number."""
     client = stack.client("lambda", read_timeout_s=900, max_attempts=1)  # a retry would start it twice
-    event: dict[str, Any] = {"action": "resume" if resume else "start", "job": job.model_dump(mode="json")}
-    if job_id:
-        event["job_id"] = job_id
-    answer = _invoke(client, stack.output("CoordinatorFunctionName"), event)
-    if answer.get("state") != "running":
-        raise ConfigError(f"the coordinator refused the job: {answer.get('error', answer)}")
-    return str(answer["job_id"]), int(answer.get("attempt", 1))
+    event = CoordinatorEvent("resume" if resume else "start", job, job_id or None)
+    answer = _invoke(client, stack.output("CoordinatorFunctionName"), event.to_json())
+    started = JobStatus.from_json(answer, job_id or "", "the coordinator's answer")
+    if started.state != records.RUNNING or not started.job_id:
+        raise ConfigError(f"the coordinator refused the job: {started.error or answer}")
+    return started.job_id, started.attempt
 
 
 def _invoke(client: Any, function: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -310,10 +322,10 @@ def watch(
     reader = HeartbeatReader()
     while True:
         status = status_of(store, job_id)
-        if int(status.get("attempt", 1)) != attempt:
-            raise JobFailed(f"job {job_id} attempt {attempt} was superseded by attempt {status.get('attempt')}")
+        if status.attempt != attempt:
+            raise JobFailed(f"job {job_id} attempt {attempt} was superseded by attempt {status.attempt}")
         heartbeats = [json.loads(v) for v in store.get_many(beats).values()]
-        seen = (status.get("state"), status.get("updated_at"), sorted((h["rank"], h.get("at")) for h in heartbeats))
+        seen = (status.state, status.updated_at, sorted((h["rank"], h.get("at")) for h in heartbeats))
         if seen != last_seen:
             last_seen, last_change = seen, time.monotonic()
         epochs, steps = reader.read(heartbeats)
@@ -323,22 +335,26 @@ def watch(
         for step in steps:
             if on_progress is not None:
                 on_progress(step)
-        state = status.get("state")
-        if state == "succeeded":
+        if status.state == records.SUCCEEDED:
             key = keys.job_result(job_id)
             return JobResult.from_json(get_json(store, key), key)
-        if state == "cancelled":
-            raise JobCancelled(f"job {job_id} was cancelled")
-        if state == "failed":
-            raise JobFailed(f"job {job_id} failed: {status.get('error', 'no detail')}")
+        _raise_if_ended_badly(status)
         if time.monotonic() - last_change > limit:
-            raise JobFailed(f"job {job_id} made no progress for {limit:g}s (last state: {state})")
+            raise JobFailed(f"job {job_id} made no progress for {limit:g}s (last state: {status.state})")
         time.sleep(poll_s)
 
 
-def status_of(store: Channel, job_id: str) -> dict[str, Any]:
+def _raise_if_ended_badly(status: JobStatus) -> None:
+    """JobCancelled for a cancelled job, JobFailed for a failed one; nothing for any other state."""
+    if status.state == records.CANCELLED:
+        raise JobCancelled(f"job {status.job_id} was cancelled")
+    if status.state == records.FAILED:
+        raise JobFailed(f"job {status.job_id} failed: {status.error or 'no detail'}")
+
+
+def status_of(store: Channel, job_id: str) -> JobStatus:
     status = records.status(store, job_id)
-    if status.get("state") == "unknown":
+    if not status.known:
         raise ConfigError(f"no job {job_id!r} in this stack")
     return status
 
@@ -347,11 +363,12 @@ def job_of(store: Channel, job_id: str) -> JobSpec:
     return records.stored_job(store, job_id)
 
 
-def cancel(job_id: str, stack: Stack) -> dict[str, Any]:
-    """Ask the coordinator to cancel; workers stop at their next heartbeat."""
-    job = job_of(stack_store(stack), job_id)
-    event = {"action": "cancel", "job_id": job_id, "job": job.model_dump(mode="json")}
-    return _invoke(stack.client("lambda"), stack.output("CoordinatorFunctionName"), event)
+def cancel(job_id: str, stack: Stack) -> JobStatus:
+    """Ask the coordinator to cancel; workers stop at their next heartbeat. The job's record after
+    (state "rejected", with the error, where the coordinator refused)."""
+    event = CoordinatorEvent("cancel", job_of(stack_store(stack), job_id), job_id)
+    answer = _invoke(stack.client("lambda"), stack.output("CoordinatorFunctionName"), event.to_json())
+    return JobStatus.from_json(answer, job_id, "the coordinator's answer")
 
 
 @dataclass(frozen=True)
@@ -450,7 +467,7 @@ class StackBackend(Backend):
     def attach(self, job_id: str) -> Run:
         """The run of a job started earlier (``train --detach``): its stored spec and current attempt."""
         store = self.store()
-        number = int(status_of(store, job_id).get("attempt", 1))
+        number = status_of(store, job_id).attempt
         return Run(job_of(store, job_id), records.read_attempt(store, job_id, number))
 
     def wait(
@@ -460,7 +477,7 @@ class StackBackend(Backend):
             run.job, run.attempt.job_id, run.attempt.number, self.stack, on_event=on_event, on_progress=on_progress
         )
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobStatus:
         """Through the coordinator, as a user without write access to the bucket would."""
         return cancel(job_id, self.stack)
 

@@ -7,19 +7,23 @@ written just before a Lambda continuation. A restart within an attempt takes the
 slot; a resumed attempt takes the periodic checkpoint of the round it was told. Every
 checkpoint is sealed under its key, so a checkpoint copied to another slot, rank or
 attempt is refused.
+
+A checkpoint's position and measures are one JSON object in its bundle (``meta``), parsed
+into ``Position`` and ``Measured`` where it is read.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from lambdaml import codec, keys
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel
+from lambdaml.cost import Invocation
 from lambdaml.errors import CodecError, DataError, KeyNotFound
 from lambdaml.seal import Sealer
 
@@ -27,28 +31,60 @@ PERIODIC_SLOTS = ("s0", "s1")
 CONTINUATION_SLOT = "cont"
 _SEALER = Sealer()
 
+#: A pattern trial's timed round: (round, bytes, seconds) (``lambdaml.comm.trial``).
+TrialRound = tuple[int, int, float]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Position:
-    """Where a rank's run stands, and what it has measured so far."""
+    """Where a checkpoint was taken, and where a run resumed from it starts: the epoch, the step
+    within it and the communicator's round."""
 
     epoch: int = 0
     step: int = 0
     round: int = 0
-    invocations: int = 1
-    losses: list[float] | None = None
-    elapsed: list[float] | None = None
-    times: dict[str, float] | None = None
-    traffic: dict[str, float] | None = None
-    billed: list[dict[str, Any]] | None = None  # one entry per finished invocation
-    # A pattern trial's timed rounds so far, [round, bytes, seconds] (``lambdaml.comm.trial``).
-    trial: list[list[float]] | None = None
 
     def order(self) -> tuple[int, int]:
         return (self.epoch, self.step)
 
 
-Checkpoint = tuple[Position, dict[str, Array]]
+@dataclass(frozen=True)
+class TimeSpent:
+    """A rank's seconds so far: loading its shard, computing, in collectives (waits included),
+    waiting on the others within them, and in all."""
+
+    load_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    wait_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a rank's run has measured up to a checkpoint: the invocation that resumes from it adds to it."""
+
+    invocations: int = 1
+    losses: tuple[float, ...] = ()
+    elapsed: tuple[float, ...] = ()  # when each epoch ended, since the run began
+    times: TimeSpent = field(default_factory=TimeSpent)
+    traffic: dict[str, float] = field(default_factory=dict)  # the communicator's counts, by name
+    billed: tuple[Invocation, ...] = ()  # one per finished Lambda invocation
+    trial: tuple[TrialRound, ...] | None = None  # a pattern trial's timed rounds, while it runs
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A rank's checkpoint: where it was taken, what the run had measured, its algorithm's state."""
+
+    position: Position
+    measured: Measured
+    state: dict[str, Array]
+
+
+# Extra keys are ignored: each reads its own fields from the one ``meta`` object.
+_POSITION = TypeAdapter(Position)
+_MEASURED = TypeAdapter(Measured)
 
 
 def periodic_slot(progress: int, every: int) -> str:
@@ -56,13 +92,12 @@ def periodic_slot(progress: int, every: int) -> str:
     return PERIODIC_SLOTS[(progress // every) % 2]
 
 
-def save(
-    store: Channel, job_id: str, attempt: int, rank: int, slot: str, position: Position, state: dict[str, Array]
-) -> None:
+def save(store: Channel, job_id: str, attempt: int, rank: int, slot: str, checkpoint: Checkpoint) -> None:
     key = keys.worker_checkpoint(job_id, attempt, rank, slot)
-    meta = np.frombuffer(json.dumps(asdict(position)).encode(), np.uint8)
-    bundle = codec.encode_bundle({"meta": meta, **{f"state.{k}": np.asarray(v) for k, v in state.items()}})
-    store.put(key, _SEALER.seal(key, bundle))
+    meta = {**asdict(checkpoint.position), **asdict(checkpoint.measured)}
+    encoded = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    state = {f"state.{k}": np.asarray(v) for k, v in checkpoint.state.items()}
+    store.put(key, _SEALER.seal(key, codec.encode_bundle({"meta": encoded, **state})))
 
 
 def _slots(store: Channel, job_id: str, attempt: int, rank: int, slots: tuple[str, ...]) -> dict[str, Checkpoint]:
@@ -78,10 +113,15 @@ def _slots(store: Channel, job_id: str, attempt: int, rank: int, slots: tuple[st
 def _decode(key: str, raw: bytes) -> Checkpoint:
     bundle = codec.decode_bundle(_SEALER.open(key, raw), what=key)
     try:
-        position = Position(**json.loads(bytes(bundle.pop("meta"))))
+        meta = json.loads(bytes(bundle.pop("meta")))
+        position, measured = _POSITION.validate_python(meta), _MEASURED.validate_python(meta)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "meta"
+        raise CodecError(f"{key} is not a checkpoint: {where}: {problem['msg']}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise CodecError(f"{key} is not a checkpoint: {exc}") from None
-    return position, {k.removeprefix("state."): v for k, v in bundle.items()}
+    return Checkpoint(position, measured, {k.removeprefix("state."): v for k, v in bundle.items()})
 
 
 def load_newest(store: Channel, job_id: str, attempt: int, rank: int) -> Checkpoint | None:
@@ -89,14 +129,14 @@ def load_newest(store: Channel, job_id: str, attempt: int, rank: int) -> Checkpo
     found = _slots(store, job_id, attempt, rank, (*PERIODIC_SLOTS, CONTINUATION_SLOT))
     if not found:
         return None
-    return max(found.values(), key=lambda checkpoint: checkpoint[0].order())
+    return max(found.values(), key=lambda checkpoint: checkpoint.position.order())
 
 
 def load_at_round(store: Channel, job_id: str, attempt: int, rank: int, round_: int) -> Checkpoint:
     """This rank's periodic checkpoint of ``round_`` in ``attempt`` (where a resumed attempt starts)."""
-    for position, state in _slots(store, job_id, attempt, rank, PERIODIC_SLOTS).values():
-        if position.round == round_:
-            return position, state
+    for checkpoint in _slots(store, job_id, attempt, rank, PERIODIC_SLOTS).values():
+        if checkpoint.position.round == round_:
+            return checkpoint
     raise DataError(f"job {job_id!r} attempt {attempt} has no checkpoint of rank {rank} at round {round_} to resume")
 
 
@@ -108,5 +148,5 @@ def periodic_rounds(store: Channel, job_id: str, attempt: int, workers: int) -> 
             found = _slots(store, job_id, attempt, rank, PERIODIC_SLOTS)
         except KeyNotFound:  # pragma: no cover - get_many leaves missing keys out
             found = {}
-        rounds.append({position.round for position, _ in found.values()})
+        rounds.append({checkpoint.position.round for checkpoint in found.values()})
     return rounds

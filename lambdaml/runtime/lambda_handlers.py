@@ -17,21 +17,24 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from lambdaml import catalogue, keys, settings
 from lambdaml.channels import Channel
-from lambdaml.config import JobSpec, parse_job
+from lambdaml.config import ChannelSpec, JobSpec
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, LambdaMLError
 from lambdaml.runtime import records
+from lambdaml.runtime.events import STARTS, CoordinatorEvent, WorkerEvent, WorkerGaveUp
 from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.registry import TableRegistry
-from lambdaml.runtime.reports import Continuation
+from lambdaml.runtime.reports import Continuation, WorkerReport
 from lambdaml.runtime.results import assemble_result, clear_job_channel, collect_reports, estimated_cost_fields
 from lambdaml.runtime.start import begin, job_secret
+from lambdaml.runtime.status import JobStatus
 from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage, put_json
 
@@ -51,7 +54,7 @@ def _record_jobs_in_the_stacks_table() -> None:
     if table:
         from lambdaml import aws
 
-        records.also_record_in(TableRegistry(aws.client("dynamodb"), table))
+        records.also_record_in(TableRegistry(aws.client(TableRegistry.SERVICE), table))
 
 
 class LambdaContext(Protocol):
@@ -88,30 +91,29 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
     """Start, resume, cancel or report on a job; also the on-failure destination of the workers."""
     _record_jobs_in_the_stacks_table()
     invoker = invoker or BotoInvoker()
-    if "requestPayload" in event and "requestContext" in event:
-        return _worker_gave_up(event, invoker)
-    action = event.get("action", "start")
+    if WorkerGaveUp.describes(event):
+        return _worker_gave_up(WorkerGaveUp.from_json(event), invoker)
     try:
-        if action in ("start", "resume"):
-            return _start(event, invoker, resume=action == "resume")
-        job = parse_job(event["job"], "job") if "job" in event else None
-        store = open_storage(job.storage) if job else None
-        if job is None or store is None or "job_id" not in event:
-            raise ConfigError(f"'{action}' needs 'job' and 'job_id'")
-        if action not in ("cancel", "status"):
-            raise ConfigError(f"unknown action {action!r}; known: start, resume, cancel, status")
-        job_id = keys.check_name(event["job_id"], "job id")
-        current = records.status(store, job_id)
-        if action == "cancel" and current.get("state") == records.RUNNING:
-            attempt = int(current.get("attempt", 1))
-            store.put(keys.job_cancel(job_id, attempt), b"1")
-            records.set_status(store, job_id, attempt, records.CANCELLED, **_cost_so_far(store, job, job_id, attempt))
-        return records.status(store, job_id)
+        request = CoordinatorEvent.from_json(event)
+        if request.action in STARTS:
+            return _start(request, invoker)
+        return _about_job(request).to_json()
     except LambdaMLError as exc:
         return {"state": "rejected", "error": str(exc)}
 
 
-def _cost_so_far(store: Channel, job: JobSpec, job_id: str, attempt: int) -> dict[str, Any]:
+def _about_job(request: CoordinatorEvent) -> JobStatus:
+    """Cancel the job, or only report on it: its state record."""
+    job, job_id = request.job, request.job_id
+    if job_id is None:
+        raise ConfigError(f"'{request.action}' needs 'job' and 'job_id'")
+    store = open_storage(job.storage)
+    if request.action == "cancel":
+        return records.cancel(store, job_id, lambda attempt: _cost_so_far(store, job, job_id, attempt))
+    return records.status(store, job_id)
+
+
+def _cost_so_far(store: Channel, job: JobSpec, job_id: str, attempt: int) -> Mapping[str, object]:
     """The cost fields of an attempt that ends here without its result: estimated from its run time so far."""
     try:
         started = records.read_attempt(store, job_id, attempt).started_at
@@ -120,12 +122,12 @@ def _cost_so_far(store: Channel, job: JobSpec, job_id: str, attempt: int) -> dic
     return estimated_cost_fields(job, time.time() - started, "lambda")
 
 
-def _start(event: dict[str, Any], invoker: Invoker, *, resume: bool) -> dict[str, Any]:
-    job = parse_job(event.get("job"), "job")
+def _start(request: CoordinatorEvent, invoker: Invoker) -> dict[str, Any]:
+    job = request.job
     stack = settings.stack_environment()
     check_fits_stack(job, stack)
-    worker = event.get("worker_function") or worker_function(job, stack)
-    _, _, attempt = begin(job, event.get("job_id"), resume=resume)
+    worker = request.worker_function or worker_function(job, stack)
+    _, _, attempt = begin(job, request.job_id, resume=request.action == "resume")
     secret = job_secret(job)
     for rank in range(job.workers):
         invoker.invoke_async(worker, worker_event(job, attempt, rank, worker, secret=secret))
@@ -150,38 +152,37 @@ def check_fits_stack(job: JobSpec, stack: settings.StackEnvironment) -> None:
     """Refuse, in one line, a job whose data or channel is not this stack's (its roles reach only its own)."""
     if not stack.in_a_stack:
         return
-    channel = job.channel
     bind = "; start it with 'lambdaml train JOB --stack NAME', which binds it to the stack"
     if job.storage.bucket != stack.data_bucket:
         raise ConfigError(f"this stack keeps its data in {stack.data_bucket!r}, not {job.storage.bucket!r}{bind}")
-    if channel.kind == "s3" and channel.bucket != stack.comm_bucket:
-        raise ConfigError(f"this stack's S3 channel is bucket {stack.comm_bucket!r}, not {channel.bucket!r}{bind}")
-    if channel.kind == "dynamodb" and channel.table != stack.channel_table:
-        raise ConfigError(f"this stack's channel table is {stack.channel_table!r}, not {channel.table!r}{bind}")
-    if channel.kind in ("redis", "memcached"):
-        if stack.cache_kind is None:
-            raise ConfigError(
-                f"the job's channel is {channel.kind}, but this stack has no cache; deploy it with one "
-                f"(a local stack: lambdaml local up --cache {channel.kind})"
-            )
-        if channel.kind != stack.cache_kind:
-            raise ConfigError(f"the job's channel is {channel.kind}, but this stack's cache is {stack.cache_kind}")
-    if channel.kind == "memory":
-        raise ConfigError("the in-memory channel cannot connect Lambda workers; use s3, redis, memcached or dynamodb")
+    _check_channel_fits(job.channel, stack, bind)
+
+
+def _check_channel_fits(channel: ChannelSpec, stack: settings.StackEnvironment, bind: str) -> None:
+    """What the channel kind's description says a stack provides, held against the job's channel."""
+    kind, info = channel.kind, catalogue.channel(channel.kind)
+    if not info.connects_processes:
+        shared = catalogue.shared_channels()
+        use = " or ".join([", ".join(shared[:-1]), shared[-1]]) if len(shared) > 1 else "".join(shared)
+        raise ConfigError(f"the {info.called} channel cannot connect Lambda workers; use {use}")
+    for provided in info.stack_fields:
+        value, expected = getattr(channel, provided.field), stack.output(provided.output)
+        if value != expected:
+            raise ConfigError(f"this stack's {provided.named} {expected!r}, not {value!r}{bind}")
+    if info.stack_cache and stack.cache_kind is None:
+        raise ConfigError(
+            f"the job's channel is {kind}, but this stack has no cache; deploy it with one "
+            f"(a local stack: lambdaml local up --cache {kind})"
+        )
+    if info.stack_cache and kind != stack.cache_kind:
+        raise ConfigError(f"the job's channel is {kind}, but this stack's cache is {stack.cache_kind}")
 
 
 def worker_event(
     job: JobSpec, attempt: Attempt, rank: int, function: str, invocation: int = 1, *, secret: bytes | None = None
 ) -> dict[str, Any]:
-    return {
-        "job": job.model_dump(mode="json"),
-        "job_id": attempt.job_id,
-        "attempt": attempt.number,
-        "rank": rank,
-        "invocation": invocation,
-        "worker_function": function,
-        "seal_key": secret.hex() if secret is not None else None,
-    }
+    """The payload that invokes rank ``rank`` of ``attempt`` in ``function``."""
+    return WorkerEvent(job, attempt.job_id, attempt.number, rank, invocation, function, secret).to_json()
 
 
 # Worker errors that the same code and memory meet again on every try: resuming cannot help.
@@ -198,29 +199,25 @@ _PERMANENT_ERRORS = frozenset(
 )
 
 
-def _worker_gave_up(record: dict[str, Any], invoker: Invoker) -> dict[str, Any]:
+def _worker_gave_up(failure: WorkerGaveUp, invoker: Invoker) -> dict[str, Any]:
     """AWS retried a worker twice and it still crashed: resume it from its checkpoint, unless it cannot help."""
-    payload = record["requestPayload"]
-    job = parse_job(payload["job"], "job")
+    request = failure.request
+    job, job_id, rank, invocation = request.job, request.job_id, request.rank, request.invocation
     store = open_storage(job.storage)
-    job_id, rank, invocation = payload["job_id"], payload["rank"], int(payload.get("invocation", 1))
-    attempt = int(payload.get("attempt", 1))
     current = records.status(store, job_id)
-    live = current.get("state") == records.RUNNING and int(current.get("attempt", 1)) == attempt
-    response = record.get("responsePayload")
-    error_type = str(response.get("errorType", "")) if isinstance(response, dict) else ""
-    message = str(response.get("errorMessage", "")) if isinstance(response, dict) else ""
-    permanent = error_type in _PERMANENT_ERRORS
-    if invocation >= job.runtime.max_invocations or not live or permanent:
+    live = current.state == records.RUNNING and current.attempt == request.attempt
+    permanent = failure.error_type in _PERMANENT_ERRORS
+    if invocation >= job.runtime.max_invocations or not live or permanent or not request.worker_function:
         error = f"worker {rank} kept failing (invocation {invocation})"
-        if error_type:
-            error += f": {error_type}: {' '.join(message.split())}"
-        if error_type == "Runtime.OutOfMemory":
+        if failure.error_type:
+            error += f": {failure.error_type}: {' '.join(failure.error_message.split())}"
+        if failure.error_type == "Runtime.OutOfMemory":
             error += "; give the workers more memory (WorkerMemoryMB) or use more of them"
-        cost = _cost_so_far(store, job, job_id, attempt)
-        records.set_status(store, job_id, attempt, records.FAILED, error=error, **cost)  # guarded: never over an ending
+        cost = _cost_so_far(store, job, job_id, request.attempt)
+        # guarded: never over an ending
+        records.set_status(store, job_id, request.attempt, records.FAILED, error=error, **cost)
         return {"job_id": job_id, "state": "failed"}
-    invoker.invoke_async(payload["worker_function"], {**payload, "invocation": invocation + 1})
+    invoker.invoke_async(request.worker_function, request.next_invocation().to_json())
     return {"job_id": job_id, "state": "running", "resumed_rank": rank}
 
 
@@ -235,19 +232,15 @@ def work(
     started = time.perf_counter()
     _record_jobs_in_the_stacks_table()
     cold, _cold = _cold, False
-    job = parse_job(event["job"], "job")
-    job_id, rank, invocation = event["job_id"], int(event["rank"]), int(event.get("invocation", 1))
+    request = WorkerEvent.from_json(event)
+    job, job_id, rank = request.job, request.job_id, request.rank
     store = open_storage(job.storage)
-    attempt = records.read_attempt(store, job_id, int(event.get("attempt", 1)))
-    current = records.status(store, job_id)
-    if int(current.get("attempt", 1)) != attempt.number:
-        return {"rank": rank, "status": f"skipped: attempt {attempt.number} was superseded"}
-    state = current.get("state")
-    if state in records.ENDED:
-        return {"rank": rank, "status": f"skipped: job {state}"}
-    secret = bytes.fromhex(event["seal_key"]) if event.get("seal_key") else None
+    attempt = records.read_attempt(store, job_id, request.attempt)
+    skipped = _skipped(records.status(store, job_id), attempt)
+    if skipped:
+        return {"rank": rank, "status": f"skipped: {skipped}"}
     # The line ``lambdaml logs`` finds a job's invocations by: this invocation's lines are the rank's.
-    log.info("%s %s rank %d attempt %d invocation %d", JOB_LOG_MARK, job_id, rank, attempt.number, invocation)
+    log.info("%s %s rank %d attempt %d invocation %d", JOB_LOG_MARK, job_id, rank, attempt.number, request.invocation)
 
     lifetime = Lifetime(
         cold=cold,
@@ -259,30 +252,7 @@ def work(
         checkpoint_every=job.runtime.checkpoint_every,
     )
     try:
-        if invocation > job.runtime.max_invocations:
-            raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
-        beat = Heartbeat(
-            store,
-            attempt,
-            invocation=invocation,
-            every_s=job.runtime.heartbeat_every_s,
-            final_epoch=job.algorithm.epochs,
-            continued=True,  # a continuation, or a retry: the rank's record keeps its epochs so far
-        )
-        try:
-            report = run_worker(
-                job,
-                attempt,
-                rank,
-                secret=secret,
-                on_epoch=beat,
-                on_step=beat.step,
-                store=store,
-                channel=channel,
-                lifetime=lifetime,
-            )
-        finally:
-            beat.settle()
+        report = _train(request, attempt, store, channel, lifetime)
     except JobCancelled:
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "cancelled"}
@@ -295,10 +265,56 @@ def work(
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "failed", "error": str(exc)}
     if isinstance(report, Continuation):
-        function = event.get("worker_function") or context.function_name
-        (invoker or BotoInvoker()).invoke_async(function, {**event, "invocation": invocation + 1})
+        function = request.worker_function or context.function_name
+        (invoker or BotoInvoker()).invoke_async(function, request.next_invocation().to_json())
         return report.to_json()
     put_json(store, keys.worker_report(job_id, attempt.number, rank), report.to_json())
+    return {"rank": rank, "status": _done(job, attempt, rank, store, channel)}
+
+
+def _skipped(current: JobStatus, attempt: Attempt) -> str | None:
+    """Why an invocation of ``attempt`` has nothing to do (a later attempt runs, or the job ended); None if it has."""
+    if current.attempt != attempt.number:
+        return f"attempt {attempt.number} was superseded"
+    if current.state in records.ENDED:
+        return f"job {current.state}"
+    return None
+
+
+def _train(
+    request: WorkerEvent, attempt: Attempt, store: Channel, channel: Channel | None, lifetime: Lifetime
+) -> WorkerReport | Continuation:
+    """Run the rank, its heartbeat beating, until it finishes or this invocation's time is nearly up."""
+    job, rank, invocation = request.job, request.rank, request.invocation
+    if invocation > job.runtime.max_invocations:
+        raise JobFailed(f"worker {rank} needed more than {job.runtime.max_invocations} invocations")
+    beat = Heartbeat(
+        store,
+        attempt,
+        invocation=invocation,
+        every_s=job.runtime.heartbeat_every_s,
+        final_epoch=job.algorithm.epochs,
+        continued=True,  # a continuation, or a retry: the rank's record keeps its epochs so far
+    )
+    try:
+        return run_worker(
+            job,
+            attempt,
+            rank,
+            secret=request.secret,
+            on_epoch=beat,
+            on_step=beat.step,
+            store=store,
+            channel=channel,
+            lifetime=lifetime,
+        )
+    finally:
+        beat.settle()
+
+
+def _done(job: JobSpec, attempt: Attempt, rank: int, store: Channel, channel: Channel | None) -> str:
+    """A rank's report is written: rank 0 finishes the job; every rank leaves the channel clean. How it ended."""
+    job_id = attempt.job_id
     # A duplicate invocation of a rank can write (its end marker) after rank 0 cleared the
     # channel. Rank 0 sweeps again once the job is marked done, and a rank that finds the job
     # already done sweeps itself: whichever comes last sees the other's keys.
@@ -307,11 +323,11 @@ def work(
             _finish_job(job, attempt, store)
         except JobCancelled:  # cancelled as it finished: the cancel stands
             clear_job_channel(job, job_id, attempt.number, channel)
-            return {"rank": rank, "status": "cancelled"}
+            return "cancelled"
         clear_job_channel(job, job_id, attempt.number, channel)
-    elif records.status(store, job_id).get("state") != records.RUNNING:
+    elif records.status(store, job_id).state != records.RUNNING:
         clear_job_channel(job, job_id, attempt.number, channel)
-    return {"rank": rank, "status": "done"}
+    return "done"
 
 
 def _finish_job(job: JobSpec, attempt: Attempt, store: Channel) -> None:

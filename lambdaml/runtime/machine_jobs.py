@@ -32,11 +32,12 @@ from typing import Any
 from lambdaml import keys, settings
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
-from lambdaml.errors import ConfigError, LambdaMLError
+from lambdaml.errors import CodecError, ConfigError, LambdaMLError
 from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
-from lambdaml.runtime.registry import JobRecord, JobRegistry
+from lambdaml.runtime.registry import JobRecord, JobRegistry, malformed
 from lambdaml.runtime.reports import JobResult
+from lambdaml.runtime.status import ending_stands
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class MachineJob:
     dataset: str | None = None
     epochs: int | None = None
     timeout_s: float | None = None  # the job's sync timeout: how long a follower waits for a sign of life
-    storage: dict[str, Any] | None = None  # bucket, endpoint_url, region
+    storage: dict[str, object] | None = None  # bucket, endpoint_url, region
     result_path: str | None = None
     pid: int | None = None  # the process that runs (ran) the job, on ``host``
     host: str | None = None
@@ -79,7 +80,14 @@ class MachineJob:
 
     @classmethod
     def from_json(cls, data: Any, folder: Path) -> MachineJob:
-        """From a record file's JSON; raises KeyError, TypeError or ValueError if malformed."""
+        """From a record file's JSON; a CodecError saying what is wrong if it is malformed."""
+        try:
+            return cls._from_json(data, folder)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CodecError(malformed(exc)) from None
+
+    @classmethod
+    def _from_json(cls, data: Any, folder: Path) -> MachineJob:
         if not isinstance(data, dict):
             raise TypeError(f"a JSON object, not {type(data).__name__}")
         record = JobRecord.from_status(keys.check_name(str(data["job_id"]), "job id"), data)
@@ -128,12 +136,12 @@ class MachineJob:
     def job_id(self) -> str:
         return self.record.job_id
 
-    def storage_spec(self, **changes: Any) -> StorageSpec | None:
+    def storage_spec(self, **changes: object) -> StorageSpec | None:
         """The data bucket the job's records are in, as the job named it (with ``changes``: a shorter wait, say)."""
         if not self.storage:
             return None
         named = {k: v for k, v in self.storage.items() if k in ("bucket", "endpoint_url", "region")}
-        return StorageSpec(**named, **changes)
+        return StorageSpec.model_validate({**named, **changes})
 
     def where(self) -> str:
         """The job's store in words: ``s3://BUCKET/ at ENDPOINT``."""
@@ -182,17 +190,18 @@ class MachineRegistry(JobRegistry):
         """Write a job's registry fields, unless a later attempt's record, or an ending of this attempt, is there."""
 
         def update(current: dict[str, Any] | None) -> dict[str, Any] | None:
-            if current is not None and not _replaces(record, current):
+            recorded = _recorded(record.job_id, current)
+            if recorded is not None and not _replaces(record, recorded):
                 log.debug("job %s: a newer record is in %s", record.job_id, self.root)
                 return None
             fields = asdict(record)
-            if current is not None and current.get("created_at") is not None:
-                fields["created_at"] = min(float(current["created_at"]), record.created_at)  # the job's first start
+            if recorded is not None:
+                fields["created_at"] = min(recorded.created_at, record.created_at)  # the job's first start
             return {**(current or {}), **fields}
 
         self._update(record.job_id, update)
 
-    def describe(self, job_id: str, **details: Any) -> None:
+    def describe(self, job_id: str, **details: object) -> None:
         """Add what only this machine knows of a job (``MachineJob``'s other fields) to its record."""
         unknown = set(details) - DETAILS
         if unknown:
@@ -217,8 +226,10 @@ class MachineRegistry(JobRegistry):
             raise ConfigError(f"{shown(path)} is unreadable: {exc.strerror or exc}") from None
         try:
             job = MachineJob.from_json(json.loads(text), folder)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{shown(path)} is not a job record: {_why(exc)}") from None
+        except ValueError as exc:  # not JSON
+            raise ConfigError(f"{shown(path)} is not a job record: {malformed(exc)}") from None
+        except CodecError as exc:
+            raise ConfigError(f"{shown(path)} is not a job record: {exc}") from None
         if job.job_id != job_id:
             raise ConfigError(f"{shown(path)} is not a job record: it holds job {job.job_id!r}, not {job_id!r}")
         return job
@@ -263,24 +274,32 @@ class MachineRegistry(JobRegistry):
             except FileNotFoundError:
                 current = None
             except (OSError, TypeError, ValueError) as exc:
-                log.warning("%s was unreadable (%s); writing it anew", shown(path), _why(exc))
+                log.warning("%s was unreadable (%s); writing it anew", shown(path), malformed(exc))
                 current = None
             changed = change(current)
             if changed is not None:
                 _write_whole(path, json.dumps(changed, indent=1, sort_keys=True))
 
 
-def _replaces(record: JobRecord, current: dict[str, Any]) -> bool:
+def _recorded(job_id: str, current: dict[str, Any] | None) -> JobRecord | None:
+    """The registry's fields of a record file's content; None for details only, so far (or a malformed record,
+    which a write replaces)."""
+    if current is None or "state" not in current:
+        return None
+    try:
+        return JobRecord.from_status(job_id, current)
+    except CodecError as exc:
+        log.warning("job %s: its record here was malformed (%s); writing it anew", job_id, exc)
+        return None
+
+
+def _replaces(record: JobRecord, current: JobRecord) -> bool:
     """Whether ``record`` may replace ``current`` (as ``records.set_status`` decides in the bucket)."""
-    if "state" not in current:
-        return True  # details only, so far
-    attempt = int(current.get("attempt", 0) or 0)
-    if record.attempt != attempt:
-        return record.attempt > attempt
-    ended = current.get("state")
-    if records.ending_stands(ended, record.state):
-        return record.state == ended and record.updated_at >= float(current.get("updated_at", 0))
-    return record.updated_at >= float(current.get("updated_at", 0))
+    if record.attempt != current.attempt:
+        return record.attempt > current.attempt
+    if ending_stands(current.state, record.state):
+        return record.state == current.state and record.updated_at >= current.updated_at
+    return record.updated_at >= current.updated_at
 
 
 @contextmanager
@@ -303,12 +322,6 @@ def _write_whole(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, KeyError):
-        return f"no {exc.args[0]!r}"
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _process_token(pid: int) -> str | None:
@@ -362,8 +375,8 @@ def copy_state(store: Channel, job_id: str, attempt: int | None = None) -> bool:
     """Copy the job's state record (of ``attempt``, if given) from the bucket here; False if it is out of reach."""
     try:
         recorded = records.status(store, job_id)
-        record = JobRecord.from_status(job_id, recorded) if recorded.get("state") != "unknown" else None
-    except (LambdaMLError, KeyError, TypeError, ValueError) as exc:
+        record = JobRecord.from_status(job_id, recorded) if recorded.known else None
+    except LambdaMLError as exc:  # a CodecError included: a malformed record is as good as none
         log.debug("job %s: its state record is out of reach (%s)", job_id, exc)
         return False
     if record is None or (attempt is not None and record.attempt != attempt):
@@ -431,10 +444,10 @@ def interrupt_if_owner_gone(store: Channel, job_id: str, bucket: str) -> bool:
     if job is None:
         return False
     record = records.status(store, job_id)
-    number = int(record.get("attempt", 0) or 0)
-    if record.get("state") != records.RUNNING or number != job.record.attempt:
+    number = record.attempt
+    if record.state != records.RUNNING or number != job.record.attempt:
         return False
-    ended = float(record.get("updated_at", time.time()))
+    ended = time.time() if record.updated_at is None else record.updated_at
     try:
         spec = records.stored_job(store, job_id)
         ended = records.last_sign_of_life(store, spec, records.read_attempt(store, job_id, number), record)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,10 +25,14 @@ from lambdaml.errors import CodecError, ConfigError, JobCancelled, KeyNotFound
 from lambdaml.runtime.checkpoint import periodic_rounds
 from lambdaml.runtime.registry import BucketRegistry, JobRecord, JobRegistry
 from lambdaml.runtime.reports import JobResult
+from lambdaml.runtime.status import CANCELLED as CANCELLED
+from lambdaml.runtime.status import ENDED as ENDED
+from lambdaml.runtime.status import FAILED as FAILED
+from lambdaml.runtime.status import INTERRUPTED as INTERRUPTED
+from lambdaml.runtime.status import RUNNING as RUNNING
+from lambdaml.runtime.status import SUCCEEDED as SUCCEEDED
+from lambdaml.runtime.status import JobStatus, ending_stands
 from lambdaml.storage import get_json, put_json
-
-RUNNING, SUCCEEDED, FAILED, CANCELLED, INTERRUPTED = "running", "succeeded", "failed", "cancelled", "interrupted"
-ENDED = (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class Attempt:
 _NOT_COMPUTED = frozenset({"tracking"})
 
 
-def _computed(job: JobSpec) -> dict[str, Any]:
+def _computed(job: JobSpec) -> dict[str, object]:
     return {k: v for k, v in job.model_dump(mode="json").items() if k not in _NOT_COMPUTED}
 
 
@@ -90,13 +95,13 @@ def spec_hash(job: JobSpec) -> str:
 # --- state ----------------------------------------------------------------------
 
 
-def status(store: Channel, job_id: str) -> dict[str, Any]:
-    """The job's state record; ``{"state": "unknown"}`` when it has none."""
+def status(store: Channel, job_id: str) -> JobStatus:
+    """The job's state record (``JobStatus.unknown`` when it has none); a CodecError if it is malformed."""
+    key = keys.job_status(job_id)
     try:
-        record: dict[str, Any] = get_json(store, keys.job_status(job_id))
+        return JobStatus.from_json(get_json(store, key), job_id, key)
     except KeyNotFound:
-        return {"job_id": job_id, "state": "unknown"}
-    return record
+        return JobStatus.unknown(job_id)
 
 
 #: Registries that keep a copy of every state record, besides the bucket: a stack's JobsTable,
@@ -109,7 +114,7 @@ def also_record_in(registry: JobRegistry) -> None:
     _registries[:] = [registry]
 
 
-def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: Any) -> str:
+def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: object) -> str:
     """Record a state of ``attempt``; a later attempt's record is never overwritten by an earlier one's.
 
     Within one attempt the first ending stands (a cancel's stragglers, or a late duplicate,
@@ -123,25 +128,30 @@ def set_status(store: Channel, job_id: str, attempt: int, state: str, **fields: 
         if standing != state and (state != CANCELLED or standing == SUCCEEDED):
             return standing
     current = status(store, job_id)
-    recorded = int(current.get("attempt", 0) or 0)
-    if recorded > attempt:
-        return str(current.get("state"))
-    ended = current.get("state")
-    if recorded == attempt and ending_stands(ended, state):
-        return str(ended)
-    if recorded < attempt:  # a new attempt starts a fresh record, keeping when the job began
-        current = {"job_id": job_id, "created_at": current.get("created_at", time.time())}
-    current.update(fields, state=state, attempt=attempt, updated_at=time.time())
-    put_json(store, keys.job_status(job_id), current)
+    recorded = current.attempt if current.known else 0
+    if recorded > attempt or (recorded == attempt and ending_stands(current.state, state)):
+        return current.state
+    changed = current.changed(attempt, state, fields, time.time())  # a new attempt's record is fresh
+    put_json(store, keys.job_status(job_id), changed.to_json())
     for registry in _registries:
-        registry.save(JobRecord.from_status(job_id, current))
+        registry.save(JobRecord.from_status(job_id, changed))
     return state
 
 
-def ending_stands(recorded: object, state: str) -> bool:
-    """Whether an attempt's recorded state stays when ``state`` comes for the same attempt: its first
-    ending does (a cancel's stragglers, a late duplicate), except that a cancel overrides a failure."""
-    return recorded == SUCCEEDED or (recorded in ENDED and state != CANCELLED)
+def cancel(store: Channel, job_id: str, cost: Callable[[int], Mapping[str, object]] | None = None) -> JobStatus:
+    """Ask a running job to stop (its workers see the marker at their next heartbeat); its record after.
+
+    ``cost`` gives the cost fields of the cancelled attempt (by its number), where the canceller
+    prices it. A cancel that lost to the job's finish says so, though the record may be a moment behind.
+    """
+    current = status(store, job_id)
+    if current.state != RUNNING:
+        return current
+    attempt = current.attempt
+    store.put(keys.job_cancel(job_id, attempt), b"1")
+    standing = set_status(store, job_id, attempt, CANCELLED, **(cost(attempt) if cost else {}))
+    now = status(store, job_id)
+    return now.with_state(standing) if now.attempt == attempt else now
 
 
 def end_attempt(store: Channel, job_id: str, attempt: int, state: str) -> str:
@@ -154,10 +164,11 @@ def end_attempt(store: Channel, job_id: str, attempt: int, state: str) -> str:
     if store.put_new(key, json.dumps({"state": state, "at": time.time()}).encode()):
         return state
     try:
-        first = get_json(store, key).get("state")
-    except (KeyNotFound, CodecError, AttributeError):
+        first = get_json(store, key)
+    except (KeyNotFound, CodecError):
         return state  # unreadable: the state record's own guard decides, as before markers
-    return first if first in ENDED else state
+    ending = first.get("state") if isinstance(first, dict) else None
+    return ending if isinstance(ending, str) and ending in ENDED else state
 
 
 def finish(store: Channel, attempt: Attempt, result: JobResult) -> None:
@@ -182,7 +193,7 @@ def finish(store: Channel, attempt: Attempt, result: JobResult) -> None:
 
 
 def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
-    """Every job's record, newest first, with its duration so far."""
+    """Every job's record, newest first, with its duration so far: what ``jobs --output json`` prints."""
     now = time.time() if now is None else now
     return [record.summary(now) for record in registry.newest_first(state)]
 
@@ -190,11 +201,8 @@ def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str
 def ended_jobs(store: Channel, *, older_than_s: float) -> list[str]:
     """The jobs that ended (succeeded, failed, cancelled, interrupted) at least ``older_than_s`` ago."""
     now = time.time()
-    return [
-        s["job_id"]
-        for s in job_summaries(BucketRegistry(store), now=now)
-        if s["state"] in ENDED and s["ended_at"] is not None and now - s["ended_at"] >= older_than_s
-    ]
+    ended = [(r.job_id, r.ended_at) for r in BucketRegistry(store).newest_first() if r.state in ENDED]
+    return [job_id for job_id, at in ended if at is not None and now - at >= older_than_s]
 
 
 def attempt_ended(store: Channel, job_id: str, attempt: int) -> bool:
@@ -204,7 +212,7 @@ def attempt_ended(store: Channel, job_id: str, attempt: int) -> bool:
     again, and its new attempt may read the old one's checkpoints.
     """
     record = status(store, job_id)
-    return record.get("state") in ENDED and attempt <= int(record.get("attempt", 0) or 0)
+    return record.state in ENDED and attempt <= record.attempt
 
 
 def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, results: bool = False) -> dict[str, int]:
@@ -245,14 +253,13 @@ def clean_jobs(store: Channel, ended: list[str], *, dry_run: bool = False, resul
 # --- claiming ---------------------------------------------------------------------
 
 
-def _describe(store: Channel, job_id: str) -> str:
-    record = status(store, job_id)
-    state = record.get("state", "unknown")
-    if state == "unknown":
+def _describe(record: JobStatus) -> str:
+    job_id = record.job_id
+    if not record.known:
         return f"job id {job_id!r} is taken (claimed just now, or by a job that never started)"
-    when = record.get("created_at")
-    since = f", created {time.strftime('%Y-%m-%d %H:%M', time.gmtime(float(when)))} UTC" if when else ""
-    return f"job id {job_id!r} is taken ({state}, attempt {record.get('attempt', 1)}{since})"
+    when = record.created_at
+    since = f", created {time.strftime('%Y-%m-%d %H:%M', time.gmtime(when))} UTC" if when else ""
+    return f"job id {job_id!r} is taken ({record.state}, attempt {record.attempt}{since})"
 
 
 def claim_job(store: Channel, job: JobSpec, job_id: str, dataset_version: str) -> Attempt:
@@ -260,9 +267,9 @@ def claim_job(store: Channel, job: JobSpec, job_id: str, dataset_version: str) -
     keys.check_name(job_id, "job id")
     spec = {**job.model_dump(mode="json"), "_claim": {"spec_hash": spec_hash(job), "nonce": secrets.token_hex(8)}}
     if not _create(store, keys.job_spec(job_id), spec):
-        problem = _describe(store, job_id)
-        state = status(store, job_id).get("state")
-        if state == SUCCEEDED:
+        record = status(store, job_id)
+        problem = _describe(record)
+        if record.state == SUCCEEDED:
             raise ConfigError(f"{problem}: it has finished; choose another --job-id")
         raise ConfigError(
             f"{problem}: choose another --job-id, or continue it from its checkpoints with --resume {job_id}"
@@ -274,7 +281,7 @@ def claim_job(store: Channel, job: JobSpec, job_id: str, dataset_version: str) -
     return attempt
 
 
-def _create(store: Channel, key: str, record: dict[str, Any]) -> bool:
+def _create(store: Channel, key: str, record: Mapping[str, object]) -> bool:
     """Write a record with a conditional put; True if this call created it (a retried write included)."""
     raw = json.dumps(record, indent=1, sort_keys=True).encode("utf-8")
     if store.put_new(key, raw):
@@ -333,12 +340,11 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
             "replayed into a new attempt: start it again under a new --job-id"
         )
     record = status(store, job_id)
-    state = record.get("state")
-    previous = read_attempt(store, job_id, int(record.get("attempt", 1)))
-    if state == SUCCEEDED:
+    previous = read_attempt(store, job_id, record.attempt)
+    if record.state == SUCCEEDED:
         raise ConfigError(f"job {job_id!r} has finished; there is nothing to resume")
-    ended = float(record.get("updated_at", previous.started_at))
-    if state == RUNNING:
+    ended = previous.started_at if record.updated_at is None else record.updated_at
+    if record.state == RUNNING:
         ended = last_sign_of_life(store, job, previous, record)
         quiet = time.time() - ended
         if quiet < stale_after_s:
@@ -358,15 +364,15 @@ def resume_job(store: Channel, job: JobSpec, job_id: str, *, stale_after_s: floa
         raise ConfigError(f"job {job_id!r} is being resumed by someone else (attempt {attempt.number})")
     set_status(
         store, job_id, attempt.number, RUNNING,
-        workers=job.workers, created_at=record.get("created_at"), spec_hash=spec_hash(job),
+        workers=job.workers, created_at=record.created_at, spec_hash=spec_hash(job),
     )  # fmt: skip
     return attempt
 
 
-def last_sign_of_life(store: Channel, job: JobSpec, attempt: Attempt, record: dict[str, Any]) -> float:
+def last_sign_of_life(store: Channel, job: JobSpec, attempt: Attempt, record: JobStatus) -> float:
     """When the attempt was last heard from: its newest heartbeat, or its state's last change."""
     beats = store.get_many([keys.worker_heartbeat(attempt.job_id, attempt.number, r) for r in range(job.workers)])
-    times = [float(record.get("updated_at", attempt.started_at))]
+    times = [attempt.started_at if record.updated_at is None else record.updated_at]
     for raw in beats.values():
         try:
             times.append(float(json.loads(raw)["at"]))
@@ -375,7 +381,7 @@ def last_sign_of_life(store: Channel, job: JobSpec, attempt: Attempt, record: di
     return max(times)
 
 
-def _changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+def _changed_fields(old: Mapping[str, object], new: Mapping[str, object], prefix: str = "") -> list[str]:
     changed: list[str] = []
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name), new.get(name)

@@ -26,6 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lambdaml import keys
 from lambdaml.aws_errors import translate_botocore
 from lambdaml.channels import Channel
+from lambdaml.errors import CodecError
+from lambdaml.runtime.status import RUNNING, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,42 @@ class JobRecord:
     error: str | None = None
 
     @classmethod
-    def from_status(cls, job_id: str, record: dict[str, Any]) -> JobRecord:
-        """From a state record (or a JobsTable item); raises KeyError, TypeError or ValueError if malformed."""
+    def from_status(cls, job_id: str, record: object) -> JobRecord:
+        """From a state record (a JobStatus), or the JSON of one (a JobsTable item, a machine's record file).
+
+        A malformed one is a CodecError saying what is wrong (``no 'state'``).
+        """
+        if isinstance(record, JobStatus):
+            return cls._of(record)
+        try:
+            return cls._from_json(job_id, record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CodecError(malformed(exc)) from None
+
+    @classmethod
+    def _of(cls, status: JobStatus) -> JobRecord:
+        if status.updated_at is None:
+            raise CodecError("no 'updated_at'")
+        return cls(
+            job_id=status.job_id,
+            state=status.state,
+            attempt=status.attempt,
+            created_at=status.created_at or status.updated_at,
+            updated_at=status.updated_at,
+            finished_at=status.finished_at,
+            spec_hash=status.spec_hash,
+            workers=status.workers,
+            result_key=status.result_key,
+            model_uri=status.model_uri,
+            cost_dollars=status.cost_dollars,
+            cost_estimated=bool(status.cost_estimated),
+            error=status.error,
+        )
+
+    @classmethod
+    def _from_json(cls, job_id: str, record: object) -> JobRecord:
+        if not isinstance(record, dict):
+            raise TypeError(f"a JSON object, not {type(record).__name__}")
         updated = float(record["updated_at"])
 
         def optional(name: str, kind: type) -> Any:
@@ -80,7 +116,7 @@ class JobRecord:
     @property
     def ended_at(self) -> float | None:
         """When it ended: its finish, or its last state change once that is not ``running``."""
-        if self.state == "running":
+        if self.state == RUNNING:
             return None
         return self.finished_at or self.updated_at
 
@@ -132,13 +168,15 @@ def read_records(store: Channel, job_ids: list[str]) -> list[JobRecord]:
     for job_id in job_ids:
         try:
             records.append(JobRecord.from_status(job_id, json.loads(raw[keys.job_status(job_id)])))
-        except (KeyError, TypeError, ValueError):
-            continue  # removed since the listing, or not a record of ours
+        except (KeyError, ValueError, CodecError):
+            continue  # removed since the listing (no key), not JSON, or not a record of ours
     return records
 
 
 class TableRegistry(JobRegistry):
     """The records as items of a stack's JobsTable: ``{job_id, item: "record", ...}``."""
+
+    SERVICE = "dynamodb"  # the AWS service its table is in: its client's
 
     def __init__(self, client: Any, table: str, *, bucket: Channel | None = None, page_size: int = 100) -> None:
         self.client, self.table, self.page_size = client, table, page_size
@@ -160,7 +198,8 @@ class TableRegistry(JobRegistry):
         except self.client.exceptions.ConditionalCheckFailedException:
             log.debug("job %s: a newer record is in %s", record.job_id, self.table)
         except (BotoCoreError, ClientError, ConnectionError) as exc:  # the bucket holds the truth; the job goes on
-            error = translate_botocore(exc, service="dynamodb", endpoint=self.client.meta.endpoint_url, what="put_item")
+            endpoint = self.client.meta.endpoint_url
+            error = translate_botocore(exc, service=self.SERVICE, endpoint=endpoint, what="put_item")
             log.error(
                 "job %s: its state %r is in the bucket but not in %s (%s); lambdaml status reads the bucket",
                 record.job_id, record.state, self.table, error,
@@ -182,9 +221,8 @@ class TableRegistry(JobRegistry):
             records = []
             for item in answer.get("Items", []):
                 try:
-                    values = {name: _value(attribute) for name, attribute in item.items()}
-                    records.append(JobRecord.from_status(str(values["job_id"]), values))
-                except (KeyError, TypeError, ValueError):
+                    records.append(_record_of(item))
+                except CodecError:
                     continue
             yield self._confirmed(records)
             start = answer.get("LastEvaluatedKey")
@@ -193,22 +231,40 @@ class TableRegistry(JobRegistry):
 
     def _confirmed(self, records: list[JobRecord]) -> list[JobRecord]:
         """The page with every job it holds as running replaced by the bucket's record of it."""
-        running = [r.job_id for r in records if r.state == "running"]
+        running = [r.job_id for r in records if r.state == RUNNING]
         if self.bucket is None or not running:
             return records
         truth = {r.job_id: r for r in read_records(self.bucket, running)}
         return [truth.get(r.job_id, r) for r in records]
 
 
-def _attribute(value: Any) -> dict[str, str]:
+def _record_of(item: Any) -> JobRecord:
+    """A JobsTable item's record; a CodecError if it is not one."""
+    try:
+        values = {str(name): _value(attribute) for name, attribute in item.items()}
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise CodecError(malformed(exc)) from None
+    if "job_id" not in values:
+        raise CodecError("no 'job_id'")
+    return JobRecord.from_status(str(values["job_id"]), values)
+
+
+def _attribute(value: object) -> dict[str, str]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return {"S": str(value)}
     return {"N": str(Decimal(repr(value)))}
 
 
-def _value(attribute: dict[str, Any]) -> Any:
+def _value(attribute: Any) -> float | str:
     if "N" in attribute:
         return float(attribute["N"])
     if "S" in attribute:
-        return attribute["S"]
+        return str(attribute["S"])
     raise ValueError(f"unexpected attribute {sorted(attribute)}")
+
+
+def malformed(exc: BaseException) -> str:
+    """What is wrong with a record, in one line, from the error reading it raised."""
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r}"
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -107,15 +107,26 @@ def _value(hint: Any, value: Any, what: str, path: str) -> Any:
         hint = next(arg for arg in get_args(hint) if arg is not type(None))
     origin = get_origin(hint)
     if origin is tuple:
-        if not isinstance(value, list):
-            raise CodecError(f"{what}: {path} must be a list, got {brief(value)}")
-        return tuple(_value(get_args(hint)[0], item, what, f"{path}[{i}]") for i, item in enumerate(value))
+        items = _checked(list, "a list", value, what, path)
+        return tuple(_value(get_args(hint)[0], item, what, f"{path}[{i}]") for i, item in enumerate(items))
     if origin is dict:
-        if not isinstance(value, dict):
-            raise CodecError(f"{what}: {path} must be an object, got {brief(value)}")
-        return value
+        return _checked(dict, "an object", value, what, path)
     if isinstance(hint, type) and is_dataclass(hint):
         return _read(hint, value, what, path)
+    return _scalar(hint, value, what, path)
+
+
+def _checked(kind: type, named: str, value: Any, what: str, path: str) -> Any:
+    if not isinstance(value, kind):
+        raise CodecError(f"{what}: {path} must be {named}, got {brief(value)}")
+    return value
+
+
+_SCALARS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _scalar(hint: type, value: Any, what: str, path: str) -> Any:
+    """A string, a bool, or a number as its field's type holds it (a whole float read as an int)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if hint is int and (isinstance(value, int) or value.is_integer()):
             return int(value)
@@ -123,8 +134,7 @@ def _value(hint: Any, value: Any, what: str, path: str) -> Any:
             return float(value)
     if hint in (str, bool) and isinstance(value, hint):
         return value
-    kind = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}[hint]
-    raise CodecError(f"{what}: {path} must be {kind}, got {brief(value)}")
+    raise CodecError(f"{what}: {path} must be {_SCALARS[hint]}, got {brief(value)}")
 
 
 class Record:

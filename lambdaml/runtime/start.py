@@ -126,7 +126,7 @@ def job_secret(job: JobSpec) -> bytes | None:
     AUTH, and anyone who reaches it could forge a value. Otherwise the MAC stays, said in one line.
     """
     spec = job.channel
-    if spec.integrity == "auto" and spec.auth is not None:
+    if spec.integrity == "auto" and spec.credentials_given:
         with open_channel(spec) as channel:
             if channel.refuses_anonymous_clients():
                 return None

@@ -4,6 +4,10 @@ Backends (local processes, Lambda, the local Lambda service) differ only in how 
 start this function and carry its report back. On Lambda a run may stop before its
 deadline with a checkpoint and go on in a fresh invocation (``Lifetime``); the continued
 run ends with exactly the model an uninterrupted one would.
+
+A run goes through named steps: it loads its shard, resumes from a checkpoint if it has one,
+sets up its communicator (with the pattern trial) and its algorithm, fixes its checkpoint
+schedule, trains, and finishes: rank 0 saves and scores the model, and every rank reports.
 """
 
 from __future__ import annotations
@@ -13,13 +17,11 @@ import math
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lambdaml import codec, keys
-from lambdaml.algorithms import reify
+from lambdaml.algorithms import AlgorithmState, reify
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel, open_channel
 from lambdaml.comm.base import Communicator, check_finite
@@ -29,21 +31,22 @@ from lambdaml.comm.trial import PatternTrial
 from lambdaml.config import JobSpec
 from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
-from lambdaml.data.shards import Manifest, load_test, load_worker_data, read_manifest
+from lambdaml.data.shards import Manifest, load_worker_data, read_manifest
+from lambdaml.data.sparse import Features
 from lambdaml.errors import Diverged
 from lambdaml.models import MODELS
-from lambdaml.models.card import ModelCard, bundle_hash
+from lambdaml.models.base import Model
 from lambdaml.runtime import checkpoint as ckpt
-from lambdaml.runtime.checkpoint import Position
+from lambdaml.runtime.checkpoint import Checkpoint, Measured, Position, TimeSpent
 from lambdaml.runtime.heap import keep_freed_buffers
 from lambdaml.runtime.heartbeat import EpochCallback, StepCallback
+from lambdaml.runtime.model_output import SavedModel, save_model
 from lambdaml.runtime.records import Attempt
-from lambdaml.runtime.reports import Accuracy, AsyncStats, Continuation, Memory, Times, Traffic, WorkerReport
-from lambdaml.storage import open_storage, put_json
+from lambdaml.runtime.reports import AsyncStats, Continuation, Memory, Times, Traffic, WorkerReport
+from lambdaml.storage import open_storage
+from lambdaml.sync.base import SyncProtocol
 
 log = logging.getLogger(__name__)
-
-_TIME_KEYS = ("load_s", "compute_s", "comm_s", "wait_s", "total_s")
 
 
 def peak_rss_mb() -> float:
@@ -92,20 +95,9 @@ class Lifetime:
     #: looks for its own checkpoint, and the channel keeps the rounds it may replay).
     on_lambda: bool = True
 
-
-def _state_arrays(state_dict: dict[str, Array], rank: int) -> dict[str, Array]:
-    arrays = {k: np.asarray(v) for k, v in state_dict.items()}
-    for name, array in arrays.items():
-        if array.dtype.kind == "f":
-            check_finite(array, rank, f"checkpoint ({name})")
-    return arrays
-
-
-def _majority_share(labels: Array) -> float | None:
-    """The accuracy of always answering the most common label: what a classifier must beat."""
-    if not len(labels) or not np.all(labels == np.round(labels)) or labels.min() < 0:
-        return None
-    return float(np.bincount(labels.astype(np.int64)).max() / len(labels))
+    def billed(self) -> Invocation:
+        """This invocation as Lambda bills it, had it ended now."""
+        return Invocation(time.perf_counter() - self.started, self.memory_mb, self.cold, self.architecture)
 
 
 def run_worker(
@@ -134,253 +126,347 @@ def run_worker(
     # A diverging run is caught explicitly (Diverged) before a NaN leaves the worker; numpy's
     # overflow warnings would only add lines to the user's terminal.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _run_worker(
-            job,
-            attempt,
-            rank,
-            secret=secret,
-            on_epoch=on_epoch,
-            on_step=on_step,
-            channel=channel,
-            comm=comm,
-            store=store,
-            lifetime=lifetime,
-        )
+        run = _set_up(job, attempt, rank, secret=secret, channel=channel, comm=comm, store=store, lifetime=lifetime)
+        schedule = _Schedule.of(run)
+        run.rss_after_first_epoch = peak_rss_mb()
+        stopped = _train(run, schedule, on_epoch, on_step)
+        return stopped if stopped is not None else _finish(run)
 
 
-def _run_worker(
+# --- set-up: the shard, resume, the communicator, the algorithm -------------------------
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where this invocation starts: a checkpoint's position and measures (none: the run's
+    beginning) and its algorithm state (None: the algorithm starts afresh)."""
+
+    position: Position = field(default_factory=Position)
+    before: Measured = field(default_factory=Measured)
+    state: dict[str, Array] | None = None
+    own_attempt: bool = False  # a checkpoint of this attempt (a restart): its pattern trial's timings go on
+
+
+@dataclass
+class _Run:
+    """A rank's run in this invocation, as its steps pass it on."""
+
+    job: JobSpec
+    attempt: Attempt
+    rank: int
+    store: Channel
+    lifetime: Lifetime | None
+    started: float  # when this invocation's run began (perf_counter)
+    load_s: float
+    manifest: Manifest
+    X: Features
+    y: Array
+    start: _Start
+    model: Model
+    comm: Communicator
+    plan: PatternPlan | None  # None: the communicator was given (torch.distributed's own, on IaaS)
+    state: AlgorithmState
+    steps: int  # per epoch
+    losses: list[float] = field(default_factory=list)
+    elapsed: list[float] = field(default_factory=list)
+    slowest_step: float = 0.0
+    rss_after_first_epoch: float = 0.0
+
+    @property
+    def sync(self) -> SyncProtocol:
+        return self.state.sync
+
+    @property
+    def on_lambda(self) -> bool:
+        """Billed, and restarted within its attempt after a crash."""
+        return self.lifetime is not None and self.lifetime.on_lambda
+
+    @property
+    def channel_comm(self) -> ChannelCommunicator | None:
+        """The communicator this run set up over a channel, with its pattern plan; None where it was given."""
+        return self.comm if isinstance(self.comm, ChannelCommunicator) and self.plan is not None else None
+
+
+def _set_up(
     job: JobSpec,
     attempt: Attempt,
     rank: int,
     *,
     secret: bytes | None,
-    on_epoch: EpochCallback | None,
-    on_step: StepCallback | None,
     channel: Channel | None,
     comm: Communicator | None,
     store: Channel | None,
     lifetime: Lifetime | None,
-) -> WorkerReport | Continuation:
+) -> _Run:
     started = time.perf_counter()
-    job_id = attempt.job_id
     store = store or open_storage(job.storage)
     manifest = read_manifest(store, job.dataset, attempt.dataset_version)
     X, y = load_worker_data(store, manifest, rank, job.workers)
     load_s = time.perf_counter() - started
 
     restarts = lifetime is not None and lifetime.on_lambda
-    resumed = ckpt.load_newest(store, job_id, attempt.number, rank) if restarts else None
-    own_attempt = resumed is not None  # a checkpoint of this attempt: its trial's timings go on
-    if resumed is None and attempt.resume is not None:
-        point = attempt.resume
-        resumed = ckpt.load_at_round(store, job_id, point.attempt, rank, point.round)
-    position, saved_state = resumed if resumed is not None else (Position(), None)
-    if resumed is not None:
-        position.invocations += 1
-        log.info("rank %d resumes at epoch %d step %d (round %d)", rank, position.epoch, position.step, position.round)
-    losses, elapsed = position.losses or [], position.elapsed or []
-    before = position.times or dict.fromkeys(_TIME_KEYS, 0.0)
-
+    start = _resume(store, attempt, rank, restarts=restarts)
     model = MODELS.get(job.model.name).build(job.model, manifest)
     initial = model.init_params(job.algorithm.seed)
-    plan: PatternPlan | None = None  # None: torch.distributed's own, on IaaS
+    plan: PatternPlan | None = None
     if comm is None:
         plan = pattern_for(job, int(initial.nbytes), authenticated=secret is not None)
+        comm = _channel_communicator(job, attempt, rank, plan, start, channel=channel, secret=secret, restarts=restarts)
+    state = _algorithm(job, model, comm, initial, start, X, y)
+    largest_shard = max(manifest.rows_of_worker(r, job.workers) for r in range(job.workers))
+    if restarts:
+        state.sync.prepare_restarts()
+    return _Run(
+        job, attempt, rank, store, lifetime, started, load_s, manifest, X, y, start, model, comm, plan, state,
+        steps=steps_per_epoch(largest_shard, job.algorithm.batch_size),
+        losses=list(start.before.losses),
+        elapsed=list(start.before.elapsed),
+    )  # fmt: skip
+
+
+def _resume(store: Channel, attempt: Attempt, rank: int, *, restarts: bool) -> _Start:
+    """Where this rank starts: its newest checkpoint of this attempt (a restart on Lambda), else the
+    checkpoint a resumed attempt names, else the beginning."""
+    found = ckpt.load_newest(store, attempt.job_id, attempt.number, rank) if restarts else None
+    own_attempt = found is not None
+    if found is None and attempt.resume is not None:
+        point = attempt.resume
+        found = ckpt.load_at_round(store, attempt.job_id, point.attempt, rank, point.round)
+    if found is None:
+        return _Start()
+    position = found.position
+    log.info("rank %d resumes at epoch %d step %d (round %d)", rank, position.epoch, position.step, position.round)
+    before = replace(found.measured, invocations=found.measured.invocations + 1)
+    return _Start(position, before, found.state, own_attempt)
+
+
+def _channel_communicator(
+    job: JobSpec,
+    attempt: Attempt,
+    rank: int,
+    plan: PatternPlan,
+    start: _Start,
+    *,
+    channel: Channel | None,
+    secret: bytes | None,
+    restarts: bool,
+) -> ChannelCommunicator:
+    """The rank's communicator over the job's channel, running ``plan``'s pattern (and its trial)."""
+    return ChannelCommunicator(
+        channel or open_channel(job.channel),
+        attempt.job_id,
+        rank,
+        job.workers,
+        pattern=plan.pattern,
+        trial=_pattern_trial(job, attempt, plan, start),
+        timeout_s=job.sync.timeout_s,
+        first_round=start.position.round,
+        # A restarted rank replays the rounds since its last checkpoint: keep them readable.
+        extra_retention=job.runtime.checkpoint_every if restarts else 0,
+        attempt=attempt.number,
+        secret=secret,
+    )
+
+
+def _pattern_trial(job: JobSpec, attempt: Attempt, plan: PatternPlan, start: _Start) -> PatternTrial | None:
+    """The trial of ``plan``'s contenders in the first rounds; None where the plan's choice stands."""
+    if not plan.contenders:
+        return None
+    return PatternTrial(
+        plan.contenders,
         # Every rank counts a trial's turns from its attempt's first round, wherever it resumes.
-        trial = (
-            PatternTrial(
-                plan.contenders,
-                start=attempt.resume.round if attempt.resume is not None else 0,
-                rounds=job.sync.trial_rounds,
-                observed=[(int(r), int(n), s) for r, n, s in position.trial or []] if own_attempt else [],
-            )
-            if plan.contenders
-            else None
-        )
-        comm = ChannelCommunicator(
-            channel or open_channel(job.channel),
-            job_id,
-            rank,
-            job.workers,
-            pattern=plan.pattern,
-            trial=trial,
-            timeout_s=job.sync.timeout_s,
-            first_round=position.round,
-            # A restarted rank replays the rounds since its last checkpoint: keep them readable.
-            extra_retention=job.runtime.checkpoint_every if restarts else 0,
-            attempt=attempt.number,
-            secret=secret,
-        )
-    spec = job.algorithm
-    state = reify(spec, model, comm, initial, job.sync)
-    sync = state.sync
+        start=attempt.resume.round if attempt.resume is not None else 0,
+        rounds=job.sync.trial_rounds,
+        observed=list(start.before.trial or ()) if start.own_attempt else [],
+    )
+
+
+def _algorithm(
+    job: JobSpec, model: Model, comm: Communicator, initial: Array, start: _Start, X: Features, y: Array
+) -> AlgorithmState:
+    """The algorithm's runtime state: started on the shard, or as the checkpoint left it."""
+    state = reify(job.algorithm, model, comm, initial, job.sync)
     if state.reduces_gradients:
-        sync.attach_gradient_sync(model)  # DDP, on IaaS, where the protocol allows it
-    if saved_state is None:
+        state.sync.attach_gradient_sync(model)  # DDP, on IaaS, where the protocol allows it
+    if start.state is None:
         state.on_start(X, y)
     else:
-        state.load_state_dict(saved_state)
-    largest_shard = max(manifest.rows_of_worker(r, job.workers) for r in range(job.workers))
-    steps = steps_per_epoch(largest_shard, spec.batch_size)
+        state.load_state_dict(start.state)
+    return state
 
-    def snapshot(epoch: int, step: int) -> Position:
-        times = {
-            "load_s": before["load_s"] + load_s,
-            "compute_s": before["compute_s"] + state.compute_s,
-            "comm_s": before["comm_s"] + comm.comm_s,
-            "wait_s": before["wait_s"] + comm.wait_s,
-            "total_s": before["total_s"] + time.perf_counter() - started,
-        }
-        traffic = dict(position.traffic or {})
-        for name, value in comm.stats().items():
-            traffic[name] = traffic.get(name, 0.0) + value
-        billed = list(position.billed or [])
-        if lifetime is not None and lifetime.on_lambda:
-            duration = time.perf_counter() - lifetime.started
-            billed.append(
-                {
-                    "duration_s": duration,
-                    "memory_mb": lifetime.memory_mb,
-                    "cold": lifetime.cold,
-                    "architecture": lifetime.architecture,
-                }
-            )
-        trial = comm.trial if isinstance(comm, ChannelCommunicator) else None
-        return Position(
-            epoch, step, comm.round, position.invocations, losses, elapsed, times, traffic, billed,
-            trial=None if trial is None else [list(seen) for seen in trial.observed],
-        )  # fmt: skip
 
-    if restarts:
-        sync.prepare_restarts()
+# --- checkpoints -----------------------------------------------------------------------
 
-    def progress() -> int:
-        """Rounds (BSP) or pushes (ASP/SSP) so far: what checkpoints are spaced by."""
-        return sync.progress()
 
-    def checkpoint(epoch: int, step: int, slot: str) -> None:
-        arrays = _state_arrays(state.state_dict(), rank)
-        ckpt.save(store, job_id, attempt.number, rank, slot, snapshot(epoch, step), arrays)
-        sync.checkpointed()
+@dataclass
+class _Schedule:
+    """When a run writes periodic checkpoints: at multiples of ``every`` rounds (pushes under
+    ASP/SSP), so under BSP every rank writes the same rounds. ASP checkpoints only serve restarts
+    within a Lambda attempt; without a lifetime there are none."""
 
-    # Periodic checkpoints fall on multiples of checkpoint_every, so under BSP every rank
-    # writes the same rounds; ASP checkpoints only serve restarts within a Lambda attempt.
-    every = lifetime.checkpoint_every if lifetime is not None else 0
-    periodic = lifetime is not None and (restarts or not sync.asynchronous)
-    due = (progress() // every + 1) * every if every else 0
-    slowest_step = 0.0
-    rss_after_first_epoch = peak_rss_mb()
-    for epoch in range(position.epoch, spec.epochs):
-        order = epoch_order(len(y), epoch=epoch, rank=rank, seed=spec.seed, shuffle=spec.shuffle)
-        first_step = position.step if epoch == position.epoch else 0
-        for step, rows in enumerate(batch_indices(order, spec.batch_size, steps)):
-            if step < first_step:
-                continue
-            if lifetime is not None:
-                if lifetime.remaining_s() < lifetime.margin_s + 2 * slowest_step:
-                    checkpoint(epoch, step, ckpt.CONTINUATION_SLOT)
-                    comm.finish(early=True)
-                    return Continuation(rank=rank, epoch=epoch, step=step)
-                if periodic and progress() >= due:
-                    checkpoint(epoch, step, ckpt.periodic_slot(progress(), every))
-                    due = (progress() // every + 1) * every
-            step_started = time.perf_counter()
-            state.step(X[rows], y[rows])
-            slowest_step = max(slowest_step, time.perf_counter() - step_started)
-            if on_step is not None:
-                on_step(rank, epoch, step + 1, steps)
-        loss = float(state.end_epoch(epoch))
-        if not math.isfinite(loss):
-            raise Diverged(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
-        losses.append(loss)
-        elapsed.append(before["total_s"] + time.perf_counter() - started)
-        if epoch == position.epoch:
-            rss_after_first_epoch = peak_rss_mb()
-        if on_epoch is not None:
-            on_epoch(rank, epoch + 1, loss, elapsed[-1])
-    state.finish()
-    params = state.final_params()
+    every: int
+    periodic: bool
+    due: int  # the progress of the next one
+
+    @classmethod
+    def of(cls, run: _Run) -> _Schedule:
+        every = run.lifetime.checkpoint_every if run.lifetime is not None else 0
+        periodic = run.lifetime is not None and (run.on_lambda or not run.sync.asynchronous)
+        return cls(every, periodic, cls._after(run.sync.progress(), every) if every else 0)
+
+    @staticmethod
+    def _after(progress: int, every: int) -> int:
+        return (progress // every + 1) * every
+
+    def take_if_due(self, run: _Run, epoch: int, step: int) -> None:
+        """Checkpoint where the run's progress (rounds, or pushes) has reached the next multiple."""
+        if self.periodic and run.sync.progress() >= self.due:
+            _checkpoint(run, epoch, step, ckpt.periodic_slot(run.sync.progress(), self.every))
+            self.due = self._after(run.sync.progress(), self.every)
+
+
+def _measured(run: _Run) -> Measured:
+    """What the run has measured so far, earlier invocations' figures included."""
+    before = run.start.before
+    times = TimeSpent(
+        load_s=before.times.load_s + run.load_s,
+        compute_s=before.times.compute_s + run.state.compute_s,
+        comm_s=before.times.comm_s + run.comm.comm_s,
+        wait_s=before.times.wait_s + run.comm.wait_s,
+        total_s=before.times.total_s + time.perf_counter() - run.started,
+    )
+    traffic = dict(before.traffic)
+    for name, value in run.comm.stats().items():
+        traffic[name] = traffic.get(name, 0.0) + value
+    billed = before.billed
+    if run.lifetime is not None and run.lifetime.on_lambda:
+        billed = (*billed, run.lifetime.billed())
+    trial = run.comm.trial if isinstance(run.comm, ChannelCommunicator) else None
+    return Measured(
+        before.invocations, tuple(run.losses), tuple(run.elapsed), times, traffic, billed,
+        trial=None if trial is None else tuple(trial.observed),
+    )  # fmt: skip
+
+
+def _checkpoint(run: _Run, epoch: int, step: int, slot: str) -> None:
+    arrays = _state_arrays(run.state.state_dict(), run.rank)
+    checkpoint = Checkpoint(Position(epoch, step, run.comm.round), _measured(run), arrays)
+    ckpt.save(run.store, run.attempt.job_id, run.attempt.number, run.rank, slot, checkpoint)
+    run.sync.checkpointed()
+
+
+def _state_arrays(state_dict: dict[str, Array], rank: int) -> dict[str, Array]:
+    arrays = {k: np.asarray(v) for k, v in state_dict.items()}
+    for name, array in arrays.items():
+        if array.dtype.kind == "f":
+            check_finite(array, rank, f"checkpoint ({name})")
+    return arrays
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+
+def _train(
+    run: _Run, schedule: _Schedule, on_epoch: EpochCallback | None, on_step: StepCallback | None
+) -> Continuation | None:
+    """Every epoch from where the run starts; a Continuation where the invocation runs out of time."""
+    start = run.start.position
+    for epoch in range(start.epoch, run.job.algorithm.epochs):
+        stopped = _train_epoch(run, schedule, epoch, start.step if epoch == start.epoch else 0, on_step)
+        if stopped is not None:
+            return stopped
+        _end_epoch(run, epoch, on_epoch)
+    return None
+
+
+def _train_epoch(
+    run: _Run, schedule: _Schedule, epoch: int, first_step: int, on_step: StepCallback | None
+) -> Continuation | None:
+    spec = run.job.algorithm
+    order = epoch_order(len(run.y), epoch=epoch, rank=run.rank, seed=spec.seed, shuffle=spec.shuffle)
+    for step, rows in enumerate(batch_indices(order, spec.batch_size, run.steps)):
+        if step < first_step:
+            continue
+        if run.lifetime is not None:
+            if run.lifetime.remaining_s() < run.lifetime.margin_s + 2 * run.slowest_step:
+                _checkpoint(run, epoch, step, ckpt.CONTINUATION_SLOT)
+                run.comm.finish(early=True)
+                return Continuation(rank=run.rank, epoch=epoch, step=step)
+            schedule.take_if_due(run, epoch, step)
+        step_started = time.perf_counter()
+        run.state.step(run.X[rows], run.y[rows])
+        run.slowest_step = max(run.slowest_step, time.perf_counter() - step_started)
+        if on_step is not None:
+            on_step(run.rank, epoch, step + 1, run.steps)
+    return None
+
+
+def _end_epoch(run: _Run, epoch: int, on_epoch: EpochCallback | None) -> None:
+    loss = float(run.state.end_epoch(epoch))
+    if not math.isfinite(loss):
+        raise Diverged(f"training diverged in epoch {epoch + 1} (loss {loss}); try a smaller learning rate")
+    run.losses.append(loss)
+    run.elapsed.append(run.start.before.times.total_s + time.perf_counter() - run.started)
+    if epoch == run.start.position.epoch:
+        run.rss_after_first_epoch = peak_rss_mb()
+    if on_epoch is not None:
+        on_epoch(run.rank, epoch + 1, loss, run.elapsed[-1])
+
+
+# --- finish and report ------------------------------------------------------------------
+
+
+def _finish(run: _Run) -> WorkerReport:
+    """End the algorithm and the communicator; rank 0 saves and scores the model; report."""
+    run.state.finish()
+    params = run.state.final_params()
     # Flat memory: the peak after this invocation's first epoch against the peak at the end.
-    memory = Memory(peak_rss_after_first_epoch_mb=rss_after_first_epoch, peak_rss_mb=peak_rss_mb())
-    async_stats = AsyncStats.of(sync.stats()) if sync.asynchronous else None
-    comm.finish()
+    memory = Memory(peak_rss_after_first_epoch_mb=run.rss_after_first_epoch, peak_rss_mb=peak_rss_mb())
+    async_stats = AsyncStats.of(run.sync.stats()) if run.sync.asynchronous else None
+    run.comm.finish()
+    saved = SavedModel()
+    if run.rank == 0:
+        saved = save_model(run.store, run.job, run.attempt.job_id, run.manifest, run.model, params, run.rank)
+    final = _measured(run)
+    if run.channel_comm is not None:
+        run.channel_comm.conclude_trial()  # a rank resumed past the trial, with no round since, reads its outcome
+    return _report(run, params, memory, async_stats, saved, final)
 
-    model_uri: str | None = None
-    test_loss: float | None = None
-    accuracy: Accuracy | None = None
-    if rank == 0:
-        model_key = keys.job_model(job_id)
-        check_finite(params, rank, "model")
-        bundle = codec.encode_bundle({"params": params})
-        store.put(model_key, bundle)
-        put_json(store, keys.job_model_card(job_id), model_card(job, job_id, manifest, bundle, len(params)).to_json())
-        model_uri = f"s3://{job.storage.bucket}/{model_key}"
-        test = load_test(store, manifest)
-        if test is not None:
-            test_loss = model.mean_loss(params, *test)
-            if model.supervised:
-                accuracy = Accuracy(
-                    test_accuracy=model.accuracy(params, *test),
-                    classes=manifest.n_classes,
-                    majority_accuracy=_majority_share(test[1]),
-                )
-    final = snapshot(spec.epochs, 0)
-    channel_comm = comm if isinstance(comm, ChannelCommunicator) and plan is not None else None
-    if channel_comm is not None:
-        channel_comm.conclude_trial()  # a rank resumed past the trial, with no round since, reads its outcome
-    assert final.times is not None and final.traffic is not None and final.billed is not None
-    times = final.times
-    on_lambda = lifetime is not None and lifetime.on_lambda
+
+def _report(
+    run: _Run, params: Array, memory: Memory, async_stats: AsyncStats | None, saved: SavedModel, final: Measured
+) -> WorkerReport:
+    channel_comm = run.channel_comm
+    pattern = channel_comm.pattern_name if channel_comm is not None else None
+    plan = run.plan
     return WorkerReport(
-        rank=rank,
-        losses=tuple(losses),
-        epoch_elapsed_s=tuple(elapsed),
+        rank=run.rank,
+        losses=tuple(run.losses),
+        epoch_elapsed_s=tuple(run.elapsed),
         model_checksum=params_checksum(params),
-        rows=len(y),
-        steps_per_epoch=steps,
-        invocations=position.invocations,
+        rows=len(run.y),
+        steps_per_epoch=run.steps,
+        invocations=run.start.before.invocations,
         memory=memory,
         async_stats=async_stats,
-        model_uri=model_uri,
-        test_loss=test_loss,
-        accuracy=accuracy,
-        times=Times(
-            load_s=times["load_s"],
-            compute_s=times["compute_s"],
-            communicate_s=max(times["comm_s"] - times["wait_s"], 0.0),
-            wait_s=times["wait_s"],
-            total_s=times["total_s"],
-        ),
-        channel=Traffic.measured(final.traffic, comm.round),
-        billed=tuple(_invocation(b) for b in final.billed) if on_lambda else None,
-        pattern=channel_comm.pattern_name if channel_comm else None,
-        predicted_round_s=plan.predictions.get(channel_comm.pattern_name) if plan and channel_comm else None,
-        trial_round_s=channel_comm.trial_round_s if channel_comm else None,
+        model_uri=saved.model_uri,
+        test_loss=saved.test_loss,
+        accuracy=saved.accuracy,
+        times=_times(final.times),
+        channel=Traffic.measured(final.traffic, run.comm.round),
+        billed=final.billed if run.on_lambda else None,
+        pattern=pattern,
+        predicted_round_s=plan.predictions.get(pattern) if plan is not None and pattern is not None else None,
+        trial_round_s=channel_comm.trial_round_s if channel_comm is not None else None,
     )
 
 
-def model_card(job: JobSpec, job_id: str, manifest: Manifest, bundle: bytes, n_params: int) -> ModelCard:
-    """What rank 0's model bundle is: enough to use it without the dataset (lambdaml.trained)."""
-    return ModelCard(
-        job_id=job_id,
-        model=job.model.model_dump(mode="json"),
-        n_features=manifest.n_features,
-        n_classes=manifest.n_classes,
-        label_values=manifest.label_values,
-        sample_shape=manifest.sample_shape,
-        data_format=manifest.format,
-        dataset=manifest.name,
-        dataset_version=manifest.dataset_version,
-        n_params=n_params,
-        bundle_sha256=bundle_hash(bundle),
-    )
-
-
-def _invocation(billed: dict[str, Any]) -> Invocation:
-    """A billed invocation as a checkpoint keeps it."""
-    return Invocation(
-        float(billed["duration_s"]),
-        int(billed["memory_mb"]),
-        bool(billed.get("cold", False)),
-        str(billed.get("architecture", "x86_64")),
+def _times(spent: TimeSpent) -> Times:
+    """A rank's times as its report gives them: communicating apart from waiting."""
+    return Times(
+        load_s=spent.load_s,
+        compute_s=spent.compute_s,
+        communicate_s=max(spent.comm_s - spent.wait_s, 0.0),
+        wait_s=spent.wait_s,
+        total_s=spent.total_s,
     )

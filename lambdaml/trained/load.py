@@ -56,7 +56,7 @@ def load_model(source: str | JobResult, *, storage: StorageSpec | Channel | None
 def read_model(store: Channel, job_id: str, *, result: JobResult | None = None) -> TrainedModel:
     """Read and check a job's card and bundle from the data bucket."""
     record = status(store, job_id)
-    state = record.get("state")
+    state = record.state
     if state == "unknown":
         raise DataError(f"no job {job_id!r} in {store.describe()} (see: lambdaml jobs)")
     if state != SUCCEEDED:
