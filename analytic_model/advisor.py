@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import PATTERNS, grid_shape
+from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described, faas_channels
 from analytic_model.prediction import (
     MB,
     Infeasible,
@@ -36,7 +36,6 @@ from lambdaml.errors import ConfigError
 
 DEFAULT_WORKERS = (1, 2, 5, 10, 20, 50)
 DEFAULT_MEMORY_MB = (1769, 3008, 10240)
-FAAS_CHANNELS = ("s3", "redis", "memcached", "dynamodb")
 
 
 #: Rows whose time, cost and every part of the time agree to this fraction of the time (and cost)
@@ -48,7 +47,7 @@ SAME_FIGURES = 1e-3
 class Advice:
     """Every predicted configuration (``rows``); what is chosen among them reads ``distinct``: rows
     that differ only in channel or instance type and predict the same figures are one row there,
-    naming each option (``redis|memcached``)."""
+    naming each option (``a|b``)."""
 
     workload: Workload
     region: str
@@ -231,7 +230,7 @@ def same_figures(a: Prediction, b: Prediction) -> bool:
 
 def merge_same(rows: Iterable[Prediction]) -> list[Prediction]:
     """Rows that differ only in channel or instance type and predict the same figures, as one row
-    with the first's figures naming every option, fastest first (``redis|memcached``); the rest as they are."""
+    with the first's figures naming every option, fastest first (``a|b``); the rest as they are."""
     groups: dict[tuple[Any, ...], list[list[Prediction]]] = {}
     for row in sorted(rows, key=lambda p: (p.time_s, p.cost)):
         key = (
@@ -272,8 +271,9 @@ def advise(
 ) -> Advice:
     """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS).
 
-    ``architecture``: one Lambda architecture or several (FaaS rows for each); ``channels`` may name a
-    channel the model knows only (``MODELLED_ONLY``: S3 Express), which is never tried unless named.
+    ``architecture``: one Lambda architecture or several (FaaS rows for each). ``channels`` (default:
+    those Lambda workers can share that the profile has figures for) may name a channel the model knows
+    only (``MODELLED_ONLY``: S3 Express) or one of one process's, which are never tried unless named.
     """
     profile = profile or aws_profile()
     info = workload.check(profile)
@@ -288,11 +288,13 @@ def advise(
     for pattern in patterns:
         if pattern not in PATTERNS:
             raise ConfigError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
-    channel_list = list(channels) if channels is not None else [c for c in FAAS_CHANNELS if c in profile.channels]
+    channel_list = list(channels) if channels is not None else faas_channels(profile.channels)
     for channel in channel_list:
         profile.channel(channel)
-        if channel in MODELLED_ONLY and channel not in table:
-            raise ConfigError(f"no {region} prices for channel {channel!r} ({MODELLED_ONLY[channel]})")
+        billing = described(channel).prices
+        if billing is not None and billing not in table:
+            note = f" ({MODELLED_NOTE})" if channel in MODELLED_ONLY else ""
+            raise ConfigError(f"no {region} prices for channel {channel!r}{note}")
     architectures = [architecture] if isinstance(architecture, str) else list(dict.fromkeys(architecture))
     for arch in architectures:
         if arch not in ARCHITECTURES:

@@ -11,10 +11,6 @@ from analytic_model.records import INTERNAL, KEY
 #: bytes as ScatterReduce does, in rows and columns.
 _SR_FIGURES = ("scatter_reduce", "scatter_reduce_2d")
 
-#: Channels the model times and prices but lambdaml has no channel for (S3 Express One Zone): the
-#: advisor tries them only when asked, and every row over one carries this note.
-MODELLED_ONLY = {"s3express": "modelled only: no channel yet"}
-
 
 @dataclass(frozen=True)
 class ChannelPerf:

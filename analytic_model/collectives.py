@@ -15,6 +15,7 @@ import math
 from dataclasses import astuple, dataclass, field
 
 from analytic_model.channel_perf import ChannelPerf
+from analytic_model.kinds import described
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
 from lambdaml.errors import ConfigError
 
@@ -23,12 +24,8 @@ PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d")
 #: groups of r and c (``ChannelPerf`` gives it ScatterReduce's figures).
 CALIBRATED_PATTERNS = ("allreduce", "scatter_reduce")
 _FIXED_POINT_STEPS = 8
-# The model stays pure Python (no numpy, so not the channels or the codec): these mirror
-# ``Channel.ranged_reads`` and ``lambdaml.codec.packed_index_bytes``, and a unit test holds them equal.
-RANGED_READ_CHANNELS = frozenset({"s3"})
-#: S3 Express One Zone (modelled only, no channel) serves ranged GETs as S3 does: a channel over it
-#: would pack as the S3 channel does.
-MODELLED_RANGED_READ_CHANNELS = frozenset({"s3express"})
+# The model stays pure Python (no numpy, so not the codec): this mirrors
+# ``lambdaml.codec.packed_index_bytes``, and a unit test holds the two equal.
 
 
 def packed_index_bytes(slots: int) -> int:
@@ -114,7 +111,7 @@ def cleanup_requests(workers: int) -> Requests:
 def packs_pieces(kind: str) -> bool:
     """Whether ScatterReduce packs each rank's pieces into one value on this channel: as
     ``Round.packs`` decides, where the channel reads ranges natively."""
-    return kind in RANGED_READ_CHANNELS or kind in MODELLED_RANGED_READ_CHANNELS
+    return described(kind).ranged_reads
 
 
 def pattern_requests(
@@ -322,8 +319,7 @@ def _scatter_reduce_2d(
     # Symmetric workers wait four times: twice for their row's c-1 values, twice for their
     # column's r-1; each wait loses at least what a wait on that many stragglers loses. Where
     # the workers share the machine's cores (a local profile), all W of them are scheduled
-    # around every wait, whichever few it waits on: sized by the group, the model had moto's
-    # 2-D rounds at W = 9 and 16 at 0.57-0.77x of their measured time, by W at 1.0-1.6x.
+    # around every wait, whichever few it waits on, so there the straggle is sized by W.
     waits = {}
     for group in (c, r):
         straggle = channel.straggle(w if channel.shared_cores else group, "scatter_reduce_2d")

@@ -13,7 +13,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from analytic_model.channel_perf import MODELLED_ONLY
 from analytic_model.collectives import Requests, ring_allreduce_s
 from analytic_model.compute import (
     architecture_speed,
@@ -25,8 +24,9 @@ from analytic_model.compute import (
     update_s,
 )
 from analytic_model.exchanges import communication, expected_staleness
+from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described
 from analytic_model.profile import ModelInfo, Profile
-from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
+from analytic_model.tables import channel_dollars, gb_second_price, price_table, prices
 from analytic_model.transfers import Polling
 from analytic_model.uncertainty import Range, Uncertainty
 from analytic_model.workload import Workload, model_memory_bytes, schedule
@@ -129,9 +129,10 @@ def heartbeats_s(profile: Profile, workers: int, beats: float) -> float:
 
 def values_authenticated(profile: Profile, channel: str) -> bool:
     """Whether a job on ``channel`` MACs its values by default (``ChannelSpec.authenticates_values``):
-    on a store with no authentication of its own, Memcached everywhere, and Redis on the local
-    target, whose server has no password (the deployed stack's Redis has an AUTH token)."""
-    return channel == "memcached" or (channel == "redis" and profile.target == "local")
+    where its store admits clients that do not authenticate. A job there has the credentials a
+    stack gives it: a deployed stack's secured cache has an AUTH token, a local target's server none."""
+    info = described(channel)
+    return not info.authenticates_clients and not (info.stack_cache_secured and profile.target != "local")
 
 
 def predict_faas(
@@ -164,8 +165,9 @@ def predict_faas(
         authenticated = values_authenticated(profile, channel)
     perf = profile.channel(channel, authenticated=authenticated)
     table = prices(region)
-    if channel in MODELLED_ONLY and channel not in table:
-        priced = ", ".join(sorted(r for r, section in price_table()["regions"].items() if channel in section))
+    billing = described(channel).prices
+    if billing is not None and billing not in table:
+        priced = ", ".join(sorted(r for r, section in price_table()["regions"].items() if billing in section))
         raise ConfigError(f"no {region} prices for channel {channel!r}; priced in: {priced}")
     sched = schedule(workload, workers)
     rates = compute_rates(workload, info, profile)
@@ -246,7 +248,7 @@ def predict_faas(
         invocations=workers * invocations,
         compute_from=rates.source,
         architecture=architecture,
-        notes=(MODELLED_ONLY[channel],) if channel in MODELLED_ONLY else (),
+        notes=(MODELLED_NOTE,) if channel in MODELLED_ONLY else (),
         uncertainty=profile.uncertainty,
         staleness=expected_staleness(workload, workers),
     )
@@ -255,18 +257,12 @@ def predict_faas(
 def _channel_dollars(
     kind: str, traffic: Requests, wall_s: float, table: dict[str, Any], profile: Profile, cache_node: str | None
 ) -> float:
-    """The channel's price for the whole job: requests (S3, DynamoDB) or node time (a cache)."""
-    if kind in ("redis", "memcached"):
-        node = cache_node or profile.cache_node
-        try:
-            hourly = float(table["elasticache"][node])
-        except KeyError:
-            known = ", ".join(sorted(table["elasticache"]))
-            raise ConfigError(f"no price for cache node {node!r}; known: {known}") from None
-        return wall_s / 3600 * hourly
-    return request_dollars(
-        kind,
+    """The channel's price for the whole job, as its description bills it (a cache: ``cache_node``'s hours)."""
+    return channel_dollars(
+        described(kind),
         table,
+        wall_s=wall_s,
+        node=cache_node or profile.cache_node,
         puts=traffic.puts,
         gets=traffic.gets,
         lists=traffic.lists,

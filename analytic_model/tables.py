@@ -12,6 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from lambdaml.catalogue import ChannelInfo
 from lambdaml.errors import ConfigError
 
 
@@ -79,8 +80,45 @@ def sources(node: Any, path: str = "") -> dict[str, str]:
     return found
 
 
+def channel_dollars(
+    channel: ChannelInfo,
+    table: dict[str, Any],
+    *,
+    wall_s: float,
+    node: str,
+    puts: float,
+    gets: float,
+    lists: float = 0.0,
+    deletes: float = 0.0,
+    bytes_sent: float = 0.0,
+    bytes_received: float = 0.0,
+) -> float:
+    """A channel's price for a job of ``wall_s``, as its description bills it: its requests, the
+    hours of the cache ``node`` serving it, or nothing. ``table`` is one region's prices; the same
+    rule prices finished jobs (``lambdaml.cost``) and predictions (``analytic_model.prediction``)."""
+    if channel.billed_by == "node_hours":
+        nodes = table[str(channel.prices)]
+        try:
+            hourly = float(nodes[node])
+        except KeyError:
+            raise ConfigError(f"no price for cache node {node!r}; known: {', '.join(sorted(nodes))}") from None
+        return wall_s / 3600 * hourly
+    if channel.billed_by == "requests":
+        return request_dollars(
+            str(channel.prices),
+            table,
+            puts=puts,
+            gets=gets,
+            lists=lists,
+            deletes=deletes,
+            bytes_sent=bytes_sent,
+            bytes_received=bytes_received,
+        )
+    return 0.0
+
+
 def request_dollars(
-    kind: str,
+    prices: str,
     table: dict[str, Any],
     *,
     puts: float,
@@ -90,21 +128,21 @@ def request_dollars(
     bytes_sent: float = 0.0,
     bytes_received: float = 0.0,
 ) -> float:
-    """What a channel's requests cost on S3 or DynamoDB (a cache bills node time instead: 0 here).
+    """What a channel's requests cost by the rule of the price-table section ``prices`` (S3's,
+    S3 Express One Zone's or DynamoDB's: AWS's own services, priced as AWS prices them; another: 0).
 
-    ``table`` is one region's prices. The same rule prices finished jobs (``lambdaml.cost``)
-    and predictions (``analytic_model.prediction``).
+    ``table`` is one region's prices.
     """
-    if kind == "s3":
+    if prices == "s3":
         s3 = table["s3"]
         return float((puts + lists + deletes) * s3["put_like_request"] + gets * s3["get_like_request"])
-    if kind == "s3express":
+    if prices == "s3express":
         express = table["s3express"]
         requests = (puts + lists + deletes) * express["put_like_request"] + gets * express["get_like_request"]
         upload = _gb_over_free_part(bytes_sent, puts) * express["upload_gb_over_512kb"]
         retrieval = _gb_over_free_part(bytes_received, gets) * express["retrieval_gb_over_512kb"]
         return float(requests + upload + retrieval)
-    if kind == "dynamodb":
+    if prices == "dynamodb":
         # One write unit per KB written, one consistent read unit per 4 KB read, at least one per request.
         writes = max(bytes_sent / 1024, puts)
         reads = max(bytes_received / (4 * 1024), gets)

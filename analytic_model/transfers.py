@@ -7,12 +7,8 @@ import statistics
 from dataclasses import dataclass
 
 from analytic_model.channel_perf import ChannelPerf
+from analytic_model.kinds import described
 from analytic_model.profile import Profile
-
-#: Mirrors ``Channel.ordered_writes`` (a unit test holds them equal): where a chunked value's
-#: manifest goes in its parts' request, and a reader that knows the value's length (as the
-#: patterns do) reads the manifest with the parts: one round trip each way, not two.
-ORDERED_WRITE_CHANNELS = frozenset({"memcached"})
 
 
 def _parts(channel: ChannelPerf, size: float) -> int:
@@ -40,8 +36,11 @@ def call_s(channel: ChannelPerf, op: str, count: int, size: float, crowd: int = 
     items = count * items_of(channel, size)
     byte_s = count * channel.bytes_s(op, size) * channel.crowd_factor(crowd) * slowdown
     seconds = channel.latency(op) + (items - 1) * channel.extra(op) + byte_s
-    if _parts(channel, size) > 1 and channel.kind not in ORDERED_WRITE_CHANNELS:
-        seconds += channel.latency(op)  # manifests go in a second batch; a reader needs the manifest first
+    if _parts(channel, size) > 1 and not described(channel.kind).ordered_writes:
+        # Manifests go in a second batch; a reader needs the manifest first. Where the store keeps
+        # a request's order, a manifest goes in its parts' request, and a reader that knows the
+        # value's length (as the patterns do) reads it with the parts: one round trip each way.
+        seconds += channel.latency(op)
     return seconds * channel.cpu_stretch(op, crowd) + channel.mac_s(count * size, crowd)
 
 

@@ -15,20 +15,6 @@ from analytic_model.wire import Compression
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
-#: The vectors of the size of the parameters a worker checkpoints, by algorithm: params (+ base,
-#: + z and u; 1-bit Adam's frozen variance; the ring methods' neighbour replicas, estimates or copies).
-STATE_VECTORS = {
-    "ga_sgd": 1,
-    "ma_sgd": 2,
-    "admm": 3,
-    "kmeans": 1,
-    "onebit_adam": 2,
-    "dpsgd": 1,
-    "dcd_psgd": 3,
-    "ecd_psgd": 3,
-    "choco_sgd": 4,
-}
-OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}  # extra state vectors per parameter vector
 _STATS = 2  # sample count and loss sum travel with the vector (``_with_stats``)
 _EF_VECTORS = 2  # error feedback: a worker's memory of what it sent, and of the chunks it merged
 
@@ -83,8 +69,8 @@ class Workload:
         if info.needs_features and self.params is None and self.features < 1:
             raise ConfigError(f"model {self.model!r} needs --features (its size depends on them) or --params")
         catalogue.algorithm(self.algorithm)  # an unknown name fails here, listing the catalogue's
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if self.optimizer not in catalogue.OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(catalogue.OPTIMIZERS)}")
         if isinstance(self.classes, bool) or not isinstance(self.classes, int) or self.classes < 2:
             raise ConfigError(f"classes must be a whole number of at least 2, got {self.classes!r}")
         if self.classes > 2 and self.model in catalogue.MODELS and catalogue.model(self.model).binary:
@@ -151,8 +137,9 @@ WORKING_VECTORS = 3
 
 def state_vectors(algorithm: str, optimizer: str, *, error_feedback: bool) -> int:
     """Vectors of the parameters' size in one worker's checkpoint: parameters, algorithm and optimizer state."""
-    optimizer_vectors = 2 if algorithm == "onebit_adam" else OPTIMIZERS[optimizer]  # Adam whatever the setting
-    return STATE_VECTORS[algorithm] + optimizer_vectors + (_EF_VECTORS if error_feedback else 0)
+    optimizer = "adam" if algorithm == "onebit_adam" else optimizer  # Adam whatever the setting
+    optimizer_vectors = catalogue.OPTIMIZERS[optimizer].state_vectors
+    return catalogue.algorithm(algorithm).state_vectors + optimizer_vectors + (_EF_VECTORS if error_feedback else 0)
 
 
 def model_memory_bytes(
@@ -175,11 +162,12 @@ class Schedule:
 def schedule(workload: Workload, workers: int) -> Schedule:
     rows = math.ceil(workload.samples / workers)
     steps_per_epoch = max(1, math.ceil(rows / workload.batch_size))  # every worker takes the largest shard's steps
-    if workload.algorithm in ("ga_sgd", "onebit_adam") or workload.decentralized:  # an exchange every step
+    exchange_every = catalogue.algorithm(workload.algorithm).exchange_every
+    if exchange_every == "step":
         per_epoch, samples, steps = float(steps_per_epoch), float(min(workload.batch_size, rows)), 1.0
-    elif workload.algorithm == "kmeans":
+    elif exchange_every == "epoch":  # one update from the whole shard
         per_epoch, samples, steps = 1.0, float(rows), 1.0
-    else:  # ma_sgd, admm: local passes, then one averaging
+    else:  # local passes, then one averaging
         local = workload.local_epochs
         per_epoch, samples, steps = 1.0 / local, float(rows * local), float(steps_per_epoch * local)
     rounds = workload.rounds if workload.rounds is not None else workload.epochs * per_epoch

@@ -3,13 +3,15 @@
 Checking a job reads this catalogue and never imports a plug-in. So the coordinator, a zip
 function without torch, validates a torch job like any other, and the cost model lists
 exactly what a job file accepts. The registries (``lambdaml.registry``) load the plug-ins
-themselves, lazily, from the paths given here; a test holds every plug-in's own class
-attributes to its entry.
+themselves, lazily, from the paths given here. A description is the one place a plug-in's
+capabilities are written: an algorithm's or compressor's class reads them from its own.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -61,7 +63,31 @@ class ModelInfo(Plugin):
 
 
 @dataclass(frozen=True)
+class OptimizerInfo(Plugin):
+    """An update rule for the ``optimizer`` setting (built in: an algorithm plug-in brings its own rule)."""
+
+    #: Vectors of the parameters' size it keeps (momentum: the velocity; Adam: both moments).
+    state_vectors: int = 0
+
+
+OPTIMIZERS: Mapping[str, OptimizerInfo] = {
+    info.name: info
+    for info in (
+        OptimizerInfo("sgd", "lambdaml.optim:SGD"),
+        OptimizerInfo("momentum", "lambdaml.optim:Momentum", state_vectors=1),
+        OptimizerInfo("adam", "lambdaml.optim:Adam", state_vectors=2),
+    )
+}
+
+#: When an algorithm exchanges: every step; once an epoch, one update from the whole shard
+#: (kmeans); or after ``local_epochs`` epochs of local steps (MA-SGD, ADMM).
+ExchangeEvery = Literal["step", "epoch", "local_epochs"]
+
+
+@dataclass(frozen=True)
 class AlgorithmInfo(Plugin):
+    #: Its hyperparameters' model (``module:class``, a subclass of ``lambdaml.config.AlgorithmSpec``).
+    spec: str = "lambdaml.config.algorithm:AlgorithmSpec"
     #: Has an ASP/SSP form (consensus methods such as ADMM do not).
     supports_async: bool = False
     #: Sums gradients over workers every step (GA-SGD): DDP can do it in backward.
@@ -71,7 +97,12 @@ class AlgorithmInfo(Plugin):
     #: Workers talk only to their ring neighbours.
     decentralized: bool = False
     #: The ``optimizer`` settings it accepts.
-    optimizers: tuple[str, ...] = ("sgd", "momentum", "adam")
+    optimizers: tuple[str, ...] = tuple(OPTIMIZERS)
+    #: When it exchanges (the cost model's rounds).
+    exchange_every: ExchangeEvery = "step"
+    #: Vectors of the parameters' size one worker checkpoints, the parameters included, beyond
+    #: the optimizer's (the cost model's checkpoint and memory sizes).
+    state_vectors: int = 1
 
 
 @dataclass(frozen=True)
@@ -85,9 +116,60 @@ class PatternInfo(Plugin):
     """A communication pattern: how workers exchange a vector over a channel."""
 
 
+#: How a channel's use is billed: its requests (by the rule of a price-table section), the hours
+#: of the cache node serving it, or nothing (a store the job's own machines hold).
+BilledBy = Literal["requests", "node_hours", "nothing"]
+
+
+@dataclass(frozen=True)
+class StackField:
+    """A channel field that a deployed stack fills from one of its CloudFormation outputs."""
+
+    field: str  # the job file's field: "bucket"
+    output: str  # the output holding the stack's value: "CommBucketName"
+    named: str  # a refusal says "this stack's {named} 'x', not 'y'": "S3 channel is bucket"
+
+
 @dataclass(frozen=True)
 class ChannelInfo(Plugin):
-    """A channel kind: the store workers synchronize through."""
+    """A channel kind, described once (built in: ``lambdaml/channels/kinds/``): what a job file
+    says of it, what it can do, what a stack or this machine provides for it, how it is priced.
+    Everything outside the channel's own module asks this description."""
+
+    #: Its job-file model (``module:class``, a subclass of ``lambdaml.config.ChannelSpec``).
+    spec: str = "lambdaml.config.channel:ChannelSpec"
+    #: How messages name it ("S3", "in-memory"); empty: its name.
+    title: str = ""
+    #: Workers in separate processes (Lambda functions) reach one store through it; False: its
+    #: workers run as threads of one process, sharing one channel.
+    connects_processes: bool = True
+    #: Reads part of a value in one request (``Channel.ranged_reads``).
+    ranged_reads: bool = False
+    #: Keeps one write request's values in the order sent (``Channel.ordered_writes``).
+    ordered_writes: bool = False
+    #: The store admits only clients that authenticate (AWS's IAM), whatever the job file says;
+    #: False: only where the job gives it credentials (``auth``). Under ``integrity: auto`` values
+    #: carry a MAC exactly where the store admits anyone.
+    authenticates_clients: bool = False
+    #: The AWS service it is: its endpoint in a local stack's record, and moto serves it here.
+    aws_service: str | None = None
+    #: How it is billed, and the price-table section its price comes from: the rule its requests
+    #: are priced by, or the cache node types (the cost model's key for it).
+    billed_by: BilledBy = "nothing"
+    prices: str | None = None
+    #: The fields a deployed stack fills from its outputs.
+    stack_fields: tuple[StackField, ...] = ()
+    #: Served by the stack's cache (its outputs ``CacheKind`` and ``CacheEndpoint``: host and port) ...
+    stack_cache: bool = False
+    #: ... which on AWS speaks TLS only, with an AUTH token in Secrets Manager (``CacheAuthSecretArn``).
+    stack_cache_secured: bool = False
+    #: Starts a server of it on a free loopback port (``module:function`` returning a
+    #: ``lambdaml.local.services.Service``), for ``lambdaml local up --cache`` and calibration.
+    local_server: str | None = None
+
+    @property
+    def called(self) -> str:
+        return self.title or self.name
 
 
 @dataclass(frozen=True)
@@ -105,32 +187,78 @@ class PluginTable(Mapping[str, P]):
     listing them all, reads the entry points first (once per process).
     """
 
-    def __init__(self, description: type[P], *plugins: P) -> None:
+    def __init__(self, description: type[P], *plugins: P, built_in: str | None = None) -> None:
         self.description = description
         self._entries = {p.name: p for p in plugins}
+        #: ``module:attribute`` of more built-in descriptions' paths, read when the table is first asked.
+        self._built_in = built_in
+
+    def _load_built_in(self) -> None:
+        path, self._built_in = self._built_in, None  # a description that asks the table meanwhile sees the rest
+        if path is None:
+            return
+        try:
+            found = [_attribute(p) for p in _paths(path)]
+        except BaseException:
+            self._built_in = path
+            raise
+        built = {p.name: p for p in found if isinstance(p, self.description)}
+        if len(built) != len(found):
+            raise ConfigError(f"{path} names something that is not a {self.description.__name__}")
+        for name, plugin in self._entries.items():
+            if built.get(name, plugin) != plugin:
+                raise ConfigError(f"{name!r} is already a {self.description.__name__}: a plug-in cannot replace it")
+        self._entries = {**built, **self._entries}
 
     def add(self, plugin: P) -> None:
+        self._load_built_in()
         if plugin.name in self._entries and self._entries[plugin.name] != plugin:
             raise ConfigError(f"{plugin.name!r} is already a {self.description.__name__}: a plug-in cannot replace it")
         self._entries[plugin.name] = plugin
 
+    def __setitem__(self, name: str, plugin: P) -> None:
+        if name != plugin.name:
+            raise ConfigError(f"plug-in {plugin.name!r} cannot be listed as {name!r}")
+        self.add(plugin)
+
+    def __delitem__(self, name: str) -> None:
+        """Forget a plug-in added for a while (as tests do)."""
+        del self._entries[name]
+
     def __getitem__(self, name: str) -> P:
+        self._load_built_in()
         if name not in self._entries:
             load_entry_points()
         return self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
+        self._load_built_in()
         load_entry_points()
         return iter(list(self._entries))
 
     def __len__(self) -> int:
+        self._load_built_in()
         load_entry_points()
         return len(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load_built_in()
         if name not in self._entries:
             load_entry_points()
         return name in self._entries
+
+
+def _attribute(path: str) -> object:
+    """The object at ``module:attribute`` (a built-in description, or the paths of them)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _paths(path: str) -> list[str]:
+    paths = _attribute(path)
+    if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
+        raise ConfigError(f"{path} is not a sequence of 'module:attribute' paths")
+    return list(paths)
 
 
 def _index(description: type[P], *plugins: P) -> PluginTable[P]:
@@ -150,6 +278,7 @@ MODELS: Mapping[str, ModelInfo] = _index(
 )
 
 _RING = ("sgd",)
+_SPECS = "lambdaml.config.algorithm"
 ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
     AlgorithmInfo,
     AlgorithmInfo(
@@ -159,11 +288,30 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
         reduces_gradients=True,
         compression="optional",
     ),
-    AlgorithmInfo("ma_sgd", "lambdaml.algorithms.ma_sgd:MASGD", supports_async=True, compression="optional"),
-    AlgorithmInfo("admm", "lambdaml.algorithms.admm:ADMM"),
-    AlgorithmInfo("kmeans", "lambdaml.algorithms.kmeans:KMeans"),
     AlgorithmInfo(
-        "onebit_adam", "lambdaml.algorithms.onebit_adam:OneBitAdam", compression="required", optimizers=("sgd", "adam")
+        "ma_sgd",
+        "lambdaml.algorithms.ma_sgd:MASGD",
+        spec=f"{_SPECS}:LocalTrainingSpec",
+        supports_async=True,
+        compression="optional",
+        exchange_every="local_epochs",
+        state_vectors=2,  # and the model of the last average
+    ),
+    AlgorithmInfo(
+        "admm",
+        "lambdaml.algorithms.admm:ADMM",
+        spec=f"{_SPECS}:ADMMSpec",
+        exchange_every="local_epochs",
+        state_vectors=3,  # and z and u
+    ),
+    AlgorithmInfo("kmeans", "lambdaml.algorithms.kmeans:KMeans", exchange_every="epoch"),
+    AlgorithmInfo(
+        "onebit_adam",
+        "lambdaml.algorithms.onebit_adam:OneBitAdam",
+        spec=f"{_SPECS}:OneBitAdamSpec",
+        compression="required",
+        optimizers=("sgd", "adam"),
+        state_vectors=2,  # and the frozen variance
     ),
     AlgorithmInfo("dpsgd", "lambdaml.algorithms.decentralized:DPSGD", decentralized=True, optimizers=_RING),
     AlgorithmInfo(
@@ -172,6 +320,7 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
         compression="optional",
         decentralized=True,
         optimizers=_RING,
+        state_vectors=3,  # and the two neighbours' replicas
     ),
     AlgorithmInfo(
         "ecd_psgd",
@@ -179,13 +328,16 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = _index(
         compression="optional",
         decentralized=True,
         optimizers=_RING,
+        state_vectors=3,  # and the two neighbours' estimates
     ),
     AlgorithmInfo(
         "choco_sgd",
         "lambdaml.algorithms.decentralized:CHOCOSGD",
+        spec=f"{_SPECS}:CHOCOSGDSpec",
         compression="optional",
         decentralized=True,
         optimizers=_RING,
+        state_vectors=4,  # and its public copy and the two neighbours'
     ),
 )
 
@@ -205,17 +357,9 @@ PATTERNS: Mapping[str, PatternInfo] = _index(
     PatternInfo("scatter_reduce_2d", "lambdaml.comm.grid:ScatterReduce2D"),
 )
 
-CHANNELS: Mapping[str, ChannelInfo] = _index(
-    ChannelInfo,
-    ChannelInfo("s3", "lambdaml.channels.s3:S3Channel"),
-    ChannelInfo("redis", "lambdaml.channels.redis:RedisChannel"),
-    ChannelInfo("memcached", "lambdaml.channels.memcached:MemcachedChannel"),
-    ChannelInfo("dynamodb", "lambdaml.channels.dynamodb:DynamoDBChannel"),
-    ChannelInfo("memory", "lambdaml.channels.memory:MemoryChannel"),
-)
-#: The channels that connect separate processes (all but the in-process one): what a stack
-#: serves and calibration measures.
-SHARED_CHANNELS: tuple[str, ...] = ("s3", "redis", "memcached", "dynamodb")
+#: Each built-in channel kind is described in a module of its own, with its job-file model: the
+#: catalogue reads them the first time it is asked about a channel.
+CHANNELS: Mapping[str, ChannelInfo] = PluginTable(ChannelInfo, built_in="lambdaml.channels.kinds:DESCRIPTIONS")
 
 BACKENDS: Mapping[str, BackendInfo] = _index(
     BackendInfo,
@@ -267,15 +411,17 @@ def _table(entries: Mapping[str, Plugin]) -> PluginTable[Plugin]:
     return entries
 
 
-_loaded_entry_points = False
+#: The import path the entry points were last read under (None: not yet read).
+_entry_points_read_on: tuple[str, ...] | None = None
 
 
 def load_entry_points() -> None:
-    """Register what installed packages declare in the ``lambdaml.plugins`` group (once)."""
-    global _loaded_entry_points
-    if _loaded_entry_points:
+    """Register what installed packages declare in the ``lambdaml.plugins`` group: once, and again
+    where the import path has changed since (a notebook or a test that puts a package on it)."""
+    global _entry_points_read_on
+    if _entry_points_read_on == tuple(sys.path):
         return
-    _loaded_entry_points = True
+    _entry_points_read_on = tuple(sys.path)
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             declared = point.load()
@@ -302,6 +448,16 @@ def model(name: str) -> ModelInfo:
 
 def algorithm(name: str) -> AlgorithmInfo:
     return lookup(ALGORITHMS, "algorithm", name)
+
+
+def channel(name: str) -> ChannelInfo:
+    return lookup(CHANNELS, "channel", name)
+
+
+def shared_channels() -> list[str]:
+    """The channels workers in separate processes share (all but in-process ones): those a stack
+    serves, calibration measures and the cost model tries by default."""
+    return [name for name, info in CHANNELS.items() if info.connects_processes]
 
 
 #: The synchronization protocols a job may name (``sync.protocol``).

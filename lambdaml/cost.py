@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analytic_model.tables import gb_second_price, price_table, prices, request_dollars
+from analytic_model.tables import channel_dollars, gb_second_price, price_table, prices
+from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
 KB = 1024
@@ -53,22 +54,25 @@ def lambda_seconds_cost(seconds: float, workers: int, memory_mb: int, region: st
     return float(seconds * workers * memory_mb / KB * price)
 
 
+#: The node a finished job's cache channel is priced at (the template's default ElastiCache node).
+CACHE_NODE = "cache.t4g.small"
+
+
 def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> dict[str, float]:
-    """Requests on the channel in dollars; a cache is billed per node-hour for the job's time."""
-    table = prices(region)
-    if kind in ("redis", "memcached"):
-        dollars = wall_s / 3600 * table["elasticache"]["cache.t4g.small"]
-    else:
-        dollars = request_dollars(
-            kind,
-            table,
-            puts=traffic.get("puts", 0),
-            gets=traffic.get("gets", 0),
-            lists=traffic.get("lists", 0),
-            deletes=traffic.get("deletes", 0),
-            bytes_sent=traffic.get("bytes_sent", 0),
-            bytes_received=traffic.get("bytes_received", 0),
-        )
+    """The channel's use in dollars, as its description bills it: its requests, or the hours of
+    the cache node serving it for the job's time."""
+    dollars = channel_dollars(
+        catalogue.channel(kind),
+        prices(region),
+        wall_s=wall_s,
+        node=CACHE_NODE,
+        puts=traffic.get("puts", 0),
+        gets=traffic.get("gets", 0),
+        lists=traffic.get("lists", 0),
+        deletes=traffic.get("deletes", 0),
+        bytes_sent=traffic.get("bytes_sent", 0),
+        bytes_received=traffic.get("bytes_received", 0),
+    )
     return {"requests": traffic.get("requests", 0), "dollars": dollars}
 
 

@@ -42,7 +42,7 @@ class Registry(Generic[T]):
                 self._hints[name] = entry.install_hint
 
     def register(self, name: str, obj: T | str, *, install_hint: str = "") -> None:
-        if name in self:
+        if name in self._entries:  # a catalogue entry not yet loaded may be given its object
             raise ConfigError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = obj
         if install_hint:

@@ -51,7 +51,7 @@ class StackEnvironment:
     data_bucket: str | None
     comm_bucket: str | None
     channel_table: str | None
-    cache_kind: str | None  # "redis", "memcached", or None: no cache
+    cache_kind: str | None  # the channel kind its cache serves, or None: no cache
     cache_host: str | None
     cache_port: int | None
     cache_tls: bool
@@ -63,6 +63,16 @@ class StackEnvironment:
     @property
     def in_a_stack(self) -> bool:
         return self.data_bucket is not None
+
+    def output(self, name: str) -> str | None:
+        """One of the stack's outputs that its functions get in their environment too (as the
+        template sets them): a channel kind's description names what a stack provides by output."""
+        return {
+            "DataBucketName": self.data_bucket,
+            "CommBucketName": self.comm_bucket,
+            "ChannelTableName": self.channel_table,
+            "JobsTableName": self.jobs_table,
+        }.get(name)
 
 
 def stack_environment() -> StackEnvironment:

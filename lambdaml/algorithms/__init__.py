@@ -1,4 +1,4 @@
-"""Distributed training algorithms: configuration (AlgorithmSpec) reified into runtime state."""
+"""Distributed training algorithms: configuration (an AlgorithmSpec) reified into runtime state."""
 
 from __future__ import annotations
 

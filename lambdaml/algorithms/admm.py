@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
+
+if TYPE_CHECKING:
+    from lambdaml.config.algorithm import ADMMSpec
 
 
 class ADMM(AlgorithmState):
@@ -16,6 +22,9 @@ class ADMM(AlgorithmState):
     then z = average(x_i + u_i) (soft-thresholded by l1/(rho W) when ``l1`` > 0; the bias
     is never thresholded) and u_i += x_i - z. The model is z, identical on every worker.
     """
+
+    info = catalogue.ALGORITHMS["admm"]
+    spec: ADMMSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -1,20 +1,22 @@
 """The algorithm interface: hooks the worker loop calls, and a checkpointable state.
 
-The hyperparameters are a frozen, validated ``AlgorithmSpec``; ``reify``
-(``lambdaml.algorithms``) turns them into the mutable state one worker trains with (the
-BAGUA split of configuration from state). An algorithm communicates only through its
-``sync`` protocol (BSP, ASP/SSP or the ring), so one implementation runs under each.
+The hyperparameters are a frozen, validated ``AlgorithmSpec`` (the algorithm's own subclass,
+named by its catalogue description); ``reify`` (``lambdaml.algorithms``) turns them into the
+mutable state one worker trains with (the BAGUA split of configuration from state). An
+algorithm communicates only through its ``sync`` protocol (BSP, ASP/SSP or the ring), so one
+implementation runs under each.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from lambdaml.arrays import Array
+from lambdaml.catalogue import AlgorithmInfo, CompressionUse
 from lambdaml.data.sparse import Features
 from lambdaml.optim import make_optimizer
 from lambdaml.sync.base import mean_loss
@@ -25,23 +27,29 @@ if TYPE_CHECKING:
     from lambdaml.models.base import Model
     from lambdaml.sync.base import SyncProtocol
 
-CompressionUse = Literal["none", "optional", "required"]
+#: What a class reads from its description (``AlgorithmInfo`` says what each means).
+CAPABILITIES = ("supports_async", "reduces_gradients", "compression", "decentralized", "optimizers")
 
 
 class AlgorithmState(ABC):
-    """One worker's training state; ``step`` per batch, ``end_epoch`` per epoch."""
+    """One worker's training state; ``step`` per batch, ``end_epoch`` per epoch.
 
-    #: Whether the algorithm has an ASP/SSP form (consensus methods such as ADMM do not).
-    supports_async: ClassVar[bool] = False
-    #: Whether every step sums gradients over workers (GA-SGD): DDP can then do it in backward.
-    reduces_gradients: ClassVar[bool] = False
-    #: What it sends compressed: nothing ("none"), what the job asks ("optional"), or always
-    #: ("required", 1-bit by default).
-    compression: ClassVar[CompressionUse] = "none"
-    #: Whether workers talk only to their ring neighbours (no collective per step).
-    decentralized: ClassVar[bool] = False
-    #: The ``optimizer`` settings it accepts (an algorithm with its own update rule takes the default).
-    optimizers: ClassVar[tuple[str, ...]] = ("sgd", "momentum", "adam")
+    A concrete algorithm sets ``info`` to its catalogue description; its capabilities are
+    read from there, where checking a job reads them without importing the class.
+    """
+
+    info: ClassVar[AlgorithmInfo]
+    supports_async: ClassVar[bool]
+    reduces_gradients: ClassVar[bool]
+    compression: ClassVar[CompressionUse]
+    decentralized: ClassVar[bool]
+    optimizers: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "info" in vars(cls):
+            for capability in CAPABILITIES:
+                setattr(cls, capability, getattr(cls.info, capability))
 
     def __init__(
         self,

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lambdaml.algorithms.base import AlgorithmState, CompressionUse, substate
+from lambdaml import catalogue
+from lambdaml.algorithms.base import AlgorithmState, substate
 from lambdaml.arrays import Array
 from lambdaml.comm.ring import ring_weight
 from lambdaml.compression import Compressor, Payload, make_compressor, roundtrip
@@ -30,13 +31,12 @@ from lambdaml.data.sparse import Features
 from lambdaml.sync.base import mean_loss
 from lambdaml.sync.ring import RingProtocol
 
+if TYPE_CHECKING:
+    from lambdaml.config.algorithm import CHOCOSGDSpec
+
 
 class RingAlgorithm(AlgorithmState):
     """What the ring methods share: the ring protocol, the compressor, local gradients, the step count."""
-
-    decentralized = True
-    compression: ClassVar[CompressionUse] = "optional"
-    optimizers = ("sgd",)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -103,7 +103,7 @@ class RingAlgorithm(AlgorithmState):
 class DPSGD(RingAlgorithm):
     """D-PSGD: x_i <- mean(x_{i-1}, x_i, x_{i+1}) - lr g_i, sending whole models."""
 
-    compression = "none"
+    info = catalogue.ALGORITHMS["dpsgd"]
 
     def _ring_step(self, grad: Array) -> None:
         message, _ = self._compress(self.params)  # the identity: no compression is configured
@@ -119,6 +119,8 @@ class DCDPSGD(RingAlgorithm):
     to its own model while the neighbours add the same q to their replica of it, so every
     replica equals the model it copies, bit for bit, at every step.
     """
+
+    info = catalogue.ALGORITHMS["dcd_psgd"]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -145,6 +147,8 @@ class ECDPSGD(RingAlgorithm):
     equals x_{t+1}, so the identity compressor gives D-PSGD.
     """
 
+    info = catalogue.ALGORITHMS["ecd_psgd"]
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.estimates = {j: self.params.copy() for j in self.ring.neighbours}
@@ -169,6 +173,9 @@ class CHOCOSGD(RingAlgorithm):
     x_hat_i += q, and every neighbour adds q to its x_hat_i. The copies start at zero.
     With the identity compressor and gamma = 1 this is D-PSGD.
     """
+
+    info = catalogue.ALGORITHMS["choco_sgd"]
+    spec: CHOCOSGDSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)

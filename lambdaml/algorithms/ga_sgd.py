@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
@@ -21,9 +22,7 @@ class GASGD(AlgorithmState):
     with error feedback on both sides, the batch sizes and losses exactly.
     """
 
-    supports_async = True
-    reduces_gradients = True
-    compression = "optional"
+    info = catalogue.ALGORITHMS["ga_sgd"]
 
     def step(self, X: Features, y: Array) -> None:
         loss, grad = self._gradient(X, y)

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features, require_dense
@@ -19,6 +20,8 @@ class KMeans(AlgorithmState):
     single-process Lloyd's. Rank 0 picks the initial centroids from its shard and a
     reduction shares them. A cluster that loses every point keeps its centroid.
     """
+
+    info = catalogue.ALGORITHMS["kmeans"]
 
     def on_start(self, X: Features, y: Array) -> None:
         X = require_dense(X, type(self).__name__)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
+
+if TYPE_CHECKING:
+    from lambdaml.config.algorithm import LocalTrainingSpec
 
 
 class MASGD(AlgorithmState):
@@ -19,8 +25,8 @@ class MASGD(AlgorithmState):
     compressed, with error feedback on both sides.
     """
 
-    supports_async = True
-    compression = "optional"
+    info = catalogue.ALGORITHMS["ma_sgd"]
+    spec: LocalTrainingSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

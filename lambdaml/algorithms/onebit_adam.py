@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.algorithms.base import AlgorithmState
 from lambdaml.arrays import Array
 from lambdaml.data.sparse import Features
 from lambdaml.optim import Adam
+
+if TYPE_CHECKING:
+    from lambdaml.config.algorithm import OneBitAdamSpec
 
 
 class OneBitAdam(AlgorithmState):
@@ -26,8 +31,8 @@ class OneBitAdam(AlgorithmState):
     momentum non-zero and divide it by eps.
     """
 
-    compression = "required"
-    optimizers = ("sgd", "adam")  # it is Adam whatever the setting; only momentum is refused
+    info = catalogue.ALGORITHMS["onebit_adam"]  # Adam whatever the optimizer setting: only momentum is refused
+    spec: OneBitAdamSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
@@ -17,18 +17,17 @@ from lambdaml.errors import ConfigError
 if TYPE_CHECKING:
     from lambdaml.backends.stack import Stack
 
-KINDS = catalogue.SHARED_CHANNELS
+#: What calibration measures by default: every channel that workers in separate processes share.
+KINDS = tuple(catalogue.shared_channels())
 
 
 @contextmanager
 def local_channels(
-    kinds: Sequence[str],
-    *,
-    endpoint_url: str | None = None,
-    redis: str | None = None,
-    memcached: str | None = None,
+    kinds: Sequence[str], *, endpoint_url: str | None = None, addresses: Mapping[str, str | None] | None = None
 ) -> Iterator[tuple[dict[str, ChannelSpec], StorageSpec]]:
-    """Channel specs on loopback: given endpoints, or services started for the measurement."""
+    """Channel specs on loopback, as each kind's description says: an AWS service on moto (at
+    ``endpoint_url``, or started), under fresh names; a server at its address in ``addresses``
+    (``HOST:PORT``), or started for the measurement."""
     from lambdaml.local import services
 
     with ExitStack() as stack:
@@ -39,17 +38,14 @@ def local_channels(
         specs: dict[str, ChannelSpec] = {}
         token = secrets.token_hex(3)
         for kind in kinds:
-            if kind == "s3":
-                specs[kind] = ChannelSpec(kind="s3", bucket=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url)
-            elif kind == "dynamodb":
-                specs[kind] = ChannelSpec(
-                    kind="dynamodb", table=f"lambdaml-calibrate-{token}", endpoint_url=endpoint_url
-                )
-            elif kind in ("redis", "memcached"):
-                address = redis if kind == "redis" else memcached
+            info = catalogue.channel(kind)
+            if info.aws_service is not None:  # the fields naming a stack's resources name fresh ones here
+                names = {provided.field: f"lambdaml-calibrate-{token}" for provided in info.stack_fields}
+                specs[kind] = ChannelSpec.model_validate({"kind": kind, **names, "endpoint_url": endpoint_url})
+            elif info.local_server is not None:
+                address = (addresses or {}).get(kind)
                 if address is None:
-                    start = services.start_redis if kind == "redis" else services.start_memcached
-                    service = start()
+                    service = services.start_channel_server(kind)
                     stack.callback(service.stop)
                     address = f"127.0.0.1:{service.port}"
                 host, _, port = address.rpartition(":")
@@ -57,36 +53,21 @@ def local_channels(
                     raise ConfigError(f"--{kind} must be HOST:PORT, got {address!r}")
                 specs[kind] = ChannelSpec.model_validate({"kind": kind, "host": host, "port": int(port)})
             else:
-                raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+                raise ConfigError(f"a {kind} channel cannot be set up here to measure; known: {', '.join(KINDS)}")
         yield specs, StorageSpec(bucket=f"lambdaml-calibrate-data-{token}", endpoint_url=endpoint_url)
 
 
 def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec], StorageSpec, bool, Stack]:
     """A stack's channels and data bucket; whether it is a local stack; the stack itself."""
-    from lambdaml.backends.stack import resolve_stack
+    from lambdaml.backends.stack import channel_from_stack, resolve_stack
 
     stack = resolve_stack(name)
     specs: dict[str, ChannelSpec] = {}
     for kind in kinds:
-        if kind == "s3":
-            specs[kind] = ChannelSpec(
-                kind="s3", bucket=stack.output("CommBucketName"), endpoint_url=stack.endpoints.get("s3"),
-                region=stack.region,
-            )  # fmt: skip
-        elif kind == "dynamodb":
-            specs[kind] = ChannelSpec(
-                kind="dynamodb", table=stack.output("ChannelTableName"), endpoint_url=stack.endpoints.get("dynamodb"),
-                region=stack.region,
-            )  # fmt: skip
-        elif kind in ("redis", "memcached"):
-            cache = stack.environment()
-            if cache.cache_kind != kind or cache.cache_host is None:
-                raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
-            specs[kind] = ChannelSpec.model_validate(
-                {"kind": kind, "host": cache.cache_host, "port": cache.cache_port, "tls": cache.cache_tls}
-            )
-        else:
-            raise ConfigError(f"unknown channel {kind!r}; known: {', '.join(KINDS)}")
+        cache = stack.environment()
+        if catalogue.channel(kind).stack_cache and (cache.cache_kind != kind or cache.cache_host is None):
+            raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
+        specs[kind] = ChannelSpec.model_validate({"kind": kind, **channel_from_stack(kind, stack)})
     storage = StorageSpec(
         bucket=stack.output("DataBucketName"), endpoint_url=stack.endpoints.get("s3"), region=stack.region
     )

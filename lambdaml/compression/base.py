@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from lambdaml.arrays import Array
+from lambdaml.catalogue import CompressorInfo
 from lambdaml.errors import CodecError
 
 if TYPE_CHECKING:
@@ -24,11 +25,18 @@ class Compressor(ABC):
     """``compress(x) -> payload`` and its deterministic inverse ``decompress(payload, size)``.
 
     Compressors hold only configuration; a stochastic one draws from the generator it is
-    handed, so its randomness is part of the caller's (checkpointed) state.
+    handed, so its randomness is part of the caller's (checkpointed) state. A compressor sets
+    ``info`` to its catalogue description, which says whether it is stochastic.
     """
 
+    info: ClassVar[CompressorInfo]
     #: Whether ``compress`` needs a random generator (QSGD's stochastic rounding).
     stochastic: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "info" in vars(cls):
+            cls.stochastic = cls.info.stochastic
 
     @classmethod
     def from_spec(cls, spec: CompressionSpec) -> Compressor:

@@ -8,10 +8,11 @@ topk 32 + 32/64 per kept element (index and value).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lambdaml import catalogue
 from lambdaml.arrays import Array
 from lambdaml.compression.base import (
     Compressor,
@@ -43,6 +44,8 @@ def _flat(x: Array) -> Array:
 class Identity(Compressor):
     """Sends the vector as it is: the reference every compressed method must reduce to."""
 
+    info = catalogue.COMPRESSORS["identity"]
+
     def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         return {"value": _flat(x)}
 
@@ -55,6 +58,8 @@ class OneBit(Compressor):
 
     The output has exactly the input's l2 norm (up to rounding of the scale).
     """
+
+    info = catalogue.COMPRESSORS["onebit"]
 
     def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
@@ -73,7 +78,7 @@ class QSGD(Compressor):
     Each element travels as its level and sign in 1 + bits(levels) bits, plus one norm.
     """
 
-    stochastic: ClassVar[bool] = True
+    info = catalogue.COMPRESSORS["qsgd"]
 
     def __init__(self, levels: int = 16) -> None:
         if not 1 <= levels < 2**15:
@@ -113,6 +118,8 @@ class QSGD(Compressor):
 class MinMaxUint8(Compressor):
     """Per vector (per chunk): codes = round((x - min) * 255 / (max - min)), deterministic."""
 
+    info = catalogue.COMPRESSORS["uint8"]
+
     def compress(self, x: Array, rng: np.random.Generator | None = None) -> Payload:
         flat = _flat(x)
         lo, hi = (flat.min(), flat.max()) if flat.size else (0.0, 0.0)
@@ -135,6 +142,8 @@ class MinMaxUint8(Compressor):
 
 class TopK(Compressor):
     """The ``ratio`` * d entries of largest magnitude (at least one), with their indices."""
+
+    info = catalogue.COMPRESSORS["topk"]
 
     def __init__(self, ratio: float = 0.01) -> None:
         if not 0 < ratio <= 1:

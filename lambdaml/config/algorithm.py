@@ -1,21 +1,29 @@
-"""The algorithm part of a job file: its hyperparameters and what it sends compressed."""
+"""The algorithm part of a job file: its hyperparameters and what it sends compressed.
+
+``AlgorithmSpec`` holds what every algorithm takes; an algorithm with hyperparameters of its
+own has a subclass of it, named by its catalogue description (``AlgorithmInfo.spec``). A
+mapping validated as ``AlgorithmSpec``, and ``AlgorithmSpec(name=..., ...)`` itself, give the
+model of the algorithm it names, so a plug-in's algorithm checks its own fields like a
+built-in one, and refuses another algorithm's.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Self, cast
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
 
 from lambdaml import catalogue
 from lambdaml.config.base import Spec, known_name
 from lambdaml.errors import ConfigError
+from lambdaml.registry import Registry
 
 
 class CompressionSpec(Spec):
     """How workers compress what they send (``algorithm.compression``)."""
 
-    name: str = "onebit"  # identity, onebit, qsgd, uint8, topk
+    name: str = "onebit"  # a compressor of the catalogue's
     levels: int = Field(16, ge=1, le=32767)  # qsgd: quantization levels
     ratio: float = Field(0.01, gt=0, le=1)  # topk: fraction of the entries sent
     # Error feedback (send what earlier compression dropped): on by default where it applies
@@ -28,26 +36,81 @@ class CompressionSpec(Spec):
         return known_name(catalogue.COMPRESSORS, "compressor", name)
 
 
+_SPEC_MODELS: Registry[type[AlgorithmSpec]] = Registry("algorithm spec")
+
+
+def spec_model(name: str) -> type[AlgorithmSpec]:
+    """The hyperparameters' model of the algorithm called ``name`` (loaded from its description's path)."""
+    info = catalogue.algorithm(name)
+    if name not in _SPEC_MODELS:
+        _SPEC_MODELS.register(name, info.spec)
+    model = _SPEC_MODELS.get(name)
+    if not (isinstance(model, type) and issubclass(model, AlgorithmSpec)):
+        raise ConfigError(f"algorithm {name!r}: its spec {info.spec!r} is not an AlgorithmSpec")
+    return model
+
+
+def _named_model(cls: type[AlgorithmSpec], data: object) -> type[AlgorithmSpec]:
+    """The model to validate ``data`` with as ``cls``: the named algorithm's, where that is a subclass of ``cls``.
+
+    A name that is unknown, or whose model cannot be loaded, gives ``cls``: validating reports it.
+    """
+    name = data.get("name", cls.model_fields["name"].default) if isinstance(data, dict) else None
+    if not isinstance(name, str):
+        return cls
+    try:
+        model = spec_model(name)
+    except ConfigError:
+        return cls
+    return model if issubclass(model, cls) else cls
+
+
+#: The fields the flat spec of earlier versions (one model for every algorithm) held that only some
+#: algorithms own. It took them with any algorithm, and every job record and result it stored holds
+#: them all: the others' are still accepted, and ignored as they always were.
+_FLAT_SPEC_FIELDS = frozenset({"rho", "l1", "local_epochs", "warmup_steps", "gamma"})
+
+
+def _without_others_fields(model: type[AlgorithmSpec], data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key in model.model_fields or key not in _FLAT_SPEC_FIELDS}
+
+
 class AlgorithmSpec(Spec):
+    """What every algorithm takes (GA-SGD, KMeans and D-PSGD, DCD-PSGD and ECD-PSGD take nothing more)."""
+
     name: str = "ga_sgd"
     lr: float = Field(0.1, gt=0, le=1e3)
     batch_size: int = Field(100, ge=1, le=10_000_000)
     epochs: int = Field(5, ge=1, le=100_000)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     shuffle: bool = True
-    optimizer: Literal["sgd", "momentum", "adam"] = "sgd"
+    optimizer: str = "sgd"  # an optimizer of the catalogue's
     momentum: float = Field(0.9, ge=0, lt=1)
-    rho: float = Field(0.1, gt=0, le=1e6)  # admm: penalty weight
-    l1: float = Field(0.0, ge=0, le=1e6)  # admm: l1 on the consensus variable, by soft-threshold
-    local_epochs: int = Field(1, ge=1, le=10_000)  # ma_sgd and admm: local passes between averagings
     compression: CompressionSpec | None = None  # None: uncompressed (onebit_adam: onebit)
-    warmup_steps: int = Field(100, ge=1, le=100_000_000)  # onebit_adam: plain Adam steps before freezing v
-    gamma: float = Field(0.5, gt=0, le=1)  # choco_sgd: consensus step size
+
+    def __new__(cls, *args: Any, **data: Any) -> Self:
+        """``AlgorithmSpec(name="admm", rho=1.0)`` is an ``ADMMSpec``, as the same mapping in a job file is."""
+        return cast(Self, super().__new__(_named_model(cls, data)))
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_named_model(cls, data: Any, handler: ModelWrapValidatorHandler[AlgorithmSpec]) -> AlgorithmSpec:
+        model = _named_model(cls, data)
+        if isinstance(data, dict):
+            data = _without_others_fields(model, data)
+        if model is not cls:
+            return model.model_validate(data)
+        return handler(data)
 
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
         return known_name(catalogue.ALGORITHMS, "algorithm", name)
+
+    @field_validator("optimizer")
+    @classmethod
+    def _known_optimizer(cls, optimizer: str) -> str:
+        return known_name(catalogue.OPTIMIZERS, "optimizer", optimizer)
 
     @field_validator("lr", mode="before")
     @classmethod
@@ -57,7 +120,13 @@ class AlgorithmSpec(Spec):
         return lr
 
     @model_validator(mode="after")
-    def _relaxations(self) -> AlgorithmSpec:
+    def _relaxations(self) -> Self:
+        try:
+            model = spec_model(self.name)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if model is not type(self):
+            raise ValueError(f"algorithm {self.name!r} takes a {model.__name__}, not a {type(self).__name__}")
         compression = self.compression
         try:  # the catalogue's rule, which the cost model applies too
             catalogue.check_relaxation(
@@ -76,3 +145,26 @@ class AlgorithmSpec(Spec):
         if self.compression is None and catalogue.algorithm(self.name).compression == "required":
             return CompressionSpec()
         return self.compression
+
+
+class LocalTrainingSpec(AlgorithmSpec):
+    """MA-SGD's: local passes between averagings."""
+
+    name: str = "ma_sgd"
+    local_epochs: int = Field(1, ge=1, le=10_000)
+
+
+class ADMMSpec(LocalTrainingSpec):
+    name: str = "admm"
+    rho: float = Field(0.1, gt=0, le=1e6)  # penalty weight
+    l1: float = Field(0.0, ge=0, le=1e6)  # l1 on the consensus variable, by soft-threshold
+
+
+class OneBitAdamSpec(AlgorithmSpec):
+    name: str = "onebit_adam"
+    warmup_steps: int = Field(100, ge=1, le=100_000_000)  # plain Adam steps before freezing v
+
+
+class CHOCOSGDSpec(AlgorithmSpec):
+    name: str = "choco_sgd"
+    gamma: float = Field(0.5, gt=0, le=1)  # consensus step size

@@ -1,19 +1,32 @@
-"""The channel part of a job file: which store workers synchronize through, and how to reach it."""
+"""The channel part of a job file: which store workers synchronize through, and how to reach it.
+
+``ChannelSpec`` holds what every channel takes; each kind has a model of its own, a subclass
+named by its catalogue description (``ChannelInfo.spec``; the built-in ones are in
+``lambdaml/channels/kinds/``). A mapping validated as ``ChannelSpec``, and ``ChannelSpec(kind=...,
+...)`` itself, give the model of the kind it names, so a plug-in's channel checks its own fields
+like a built-in one. The parts below (``AwsServiceSpec``, ``ServerSpec``) are what kinds reached
+the same way share.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import contextlib
+from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
 
-from lambdaml.config.base import Spec, refuse_literal_secrets
-from lambdaml.config.urls import check_bucket_name, checked_endpoint_url, refuse_url_credentials
+from lambdaml import catalogue
+from lambdaml.config.base import Spec, known_name, refuse_literal_secrets
+from lambdaml.config.urls import checked_endpoint_url, refuse_url_credentials
+from lambdaml.errors import ConfigError
+from lambdaml.registry import Registry
 
-ChannelKind = Literal["s3", "redis", "memcached", "dynamodb", "memory"]
+#: A channel kind: any name the catalogue knows (``catalogue.CHANNELS``).
+ChannelKind = str
 
 
 class AuthSpec(Spec):
-    """Where a cache channel's credentials are kept (never the credentials themselves).
+    """Where a channel's credentials are kept (never the credentials themselves).
 
     Exactly one source: ``secret_env`` names an environment variable, ``secret_id`` an AWS
     Secrets Manager secret (name or ARN). The secret is the password, or a JSON object with
@@ -37,47 +50,172 @@ class AuthSpec(Spec):
         return self
 
 
-class ChannelSpec(Spec):
-    """The storage channel workers synchronize through."""
+_SPEC_MODELS: Registry[type[ChannelSpec]] = Registry("channel spec")
 
-    kind: ChannelKind = "s3"
-    bucket: str | None = Field(None, min_length=3, max_length=63)  # s3
-    table: str | None = Field(None, min_length=3, max_length=255)  # dynamodb
-    endpoint_url: str | None = None  # s3, dynamodb
-    region: str = "us-east-1"
-    host: str = "127.0.0.1"  # redis, memcached
-    port: int | None = Field(None, ge=1, le=65535)
+
+def spec_model(kind: str) -> type[ChannelSpec]:
+    """The job-file model of the channel kind ``kind`` (loaded from its description's path)."""
+    info = catalogue.channel(kind)
+    if kind not in _SPEC_MODELS:
+        _SPEC_MODELS.register(kind, info.spec)
+    model = _SPEC_MODELS.get(kind)
+    if not (isinstance(model, type) and issubclass(model, ChannelSpec)):
+        raise ConfigError(f"channel {kind!r}: its spec {info.spec!r} is not a ChannelSpec")
+    return model
+
+
+def _kind_model(cls: type[ChannelSpec], data: object) -> type[ChannelSpec]:
+    """The model to validate ``data`` with as ``cls``: the named kind's, where that is a subclass of ``cls``.
+
+    A kind that is unknown, or whose model cannot be loaded, gives ``cls``: validating reports it.
+    """
+    kind = data.get("kind", cls.model_fields["kind"].default) if isinstance(data, dict) else None
+    if not isinstance(kind, str):
+        return cls
+    try:
+        model = spec_model(kind)
+    except ConfigError:
+        return cls
+    return model if issubclass(model, cls) else cls
+
+
+#: The fields the one model of earlier versions held for every kind, with their defaults. It took
+#: each with any kind, and every job record and result it stored holds them all: another kind's
+#: are still accepted and ignored, as they always were, except those that secure the connection
+#: (by the field a refusal names), or a job would run less safely than its file says. Read on a
+#: kind without them, they answer these defaults, as that model did.
+_FLAT_SPEC_FIELDS: dict[str, object] = {
+    "bucket": None,
+    "table": None,
+    "endpoint_url": None,
+    "region": "us-east-1",
+    "host": "127.0.0.1",
+    "port": None,
+    "auth": None,
+    "tls": False,
+    "tls_ca_file": None,
+}
+_SECURING = {"auth": "auth", "tls": "tls", "tls_ca_file": "tls"}
+
+
+def _without_others_fields(model: type[ChannelSpec], data: dict[str, Any]) -> dict[str, Any]:
+    kind = data.get("kind", model.model_fields["kind"].default)
+    for key, named in _SECURING.items():
+        if key not in model.model_fields and data.get(key, _FLAT_SPEC_FIELDS[key]) != _FLAT_SPEC_FIELDS[key]:
+            raise ValueError(f"{named!r} applies to {_kinds_with(named)} channels, not {kind}")
+    return {key: value for key, value in data.items() if key in model.model_fields or key not in _FLAT_SPEC_FIELDS}
+
+
+def _kinds_with(field: str) -> str:
+    """The channel kinds whose model has ``field``, in words: "a, b and c"."""
+    kinds = []
+    for kind in catalogue.CHANNELS:
+        with contextlib.suppress(ConfigError):  # a plug-in's model that does not load: not this refusal's to say
+            if field in spec_model(kind).model_fields:
+                kinds.append(kind)
+    return " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
+
+
+class ChannelSpec(Spec):
+    """The storage channel workers synchronize through: what every kind takes."""
+
+    kind: str = "s3"  # a channel of the catalogue's
     max_item_bytes: int | None = Field(None, ge=1024)  # override the backend's item limit
-    tls: bool = False  # redis: ElastiCache with transit encryption speaks TLS only
-    tls_ca_file: str | None = Field(None, min_length=1)  # redis: a private CA's PEM (default: the system's CAs)
-    auth: AuthSpec | None = None  # redis AUTH, memcached's text-protocol authentication
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
     # Every value is bound to its key; "mac" also authenticates it with a per-job key, so a
-    # party that can write the store cannot forge one. "auto": mac where the channel has no
-    # authentication of its own (redis and memcached without auth, or with auth on a server that
-    # lets anonymous clients in: checked as a job starts), bound elsewhere.
+    # party that can write the store cannot forge one. "auto": mac where the store admits clients
+    # that do not authenticate (a cache without auth, or with auth on a server that lets anonymous
+    # clients in: checked as a job starts), bound elsewhere.
     integrity: Literal["auto", "bound", "mac"] = "auto"
 
     _refuse = model_validator(mode="before")(refuse_literal_secrets)
-    _endpoint = field_validator("endpoint_url")(checked_endpoint_url)
-    _bucket = field_validator("bucket")(check_bucket_name)
     _no_credentials = model_validator(mode="before")(refuse_url_credentials)
+
+    def __new__(cls, *args: Any, **data: Any) -> Self:
+        """``ChannelSpec(kind="redis", port=6380)`` is a Redis spec, as the same mapping in a job file is."""
+        return cast(Self, super().__new__(_kind_model(cls, data)))
+
+    def __init__(self, **data: Any) -> None:  # any kind's fields: checked by the model of the kind named
+        super().__init__(**data)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_kind_model(cls, data: Any, handler: ModelWrapValidatorHandler[ChannelSpec]) -> ChannelSpec:
+        model = _kind_model(cls, data)
+        if isinstance(data, dict):
+            data = _without_others_fields(model, data)
+        if model is not cls:
+            return model.model_validate(data)
+        return handler(data)
+
+    if not TYPE_CHECKING:  # lambdaml's own code reads only its kind's fields: mypy holds it to them
+
+        def __getattr__(self, name: str) -> Any:
+            if name in _FLAT_SPEC_FIELDS:
+                return _FLAT_SPEC_FIELDS[name]
+            return super().__getattr__(name)
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        return known_name(catalogue.CHANNELS, "channel", kind)
+
+    @model_validator(mode="after")
+    def _own_model(self) -> Self:
+        try:
+            model = spec_model(self.kind)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if model is not type(self):
+            raise ValueError(f"a {self.kind} channel takes a {model.__name__}, not a {type(self).__name__}")
+        return self
+
+    @classmethod
+    def of(cls, spec: ChannelSpec) -> Self:
+        """``spec`` as this model: a channel class checks the spec it is built from with it."""
+        if not isinstance(spec, cls):
+            raise ConfigError(f"a {spec.kind} channel spec is a {type(spec).__name__}, not a {cls.__name__}")
+        return spec
+
+    @property
+    def credentials_given(self) -> bool:
+        """Whether the job gives the store credentials to check (``auth``, where its kind has it)."""
+        return False
 
     @property
     def authenticates_values(self) -> bool:
         """Whether the job's channel values carry a MAC under a per-job key."""
         if self.integrity == "auto":
-            return self.kind in ("redis", "memcached") and self.auth is None
+            return not (catalogue.channel(self.kind).authenticates_clients or self.credentials_given)
         return self.integrity == "mac"
 
-    @model_validator(mode="after")
-    def _needs(self) -> ChannelSpec:
-        if self.kind == "s3" and not self.bucket:
-            raise ValueError("an s3 channel needs 'bucket'")
-        if self.kind == "dynamodb" and not self.table:
-            raise ValueError("a dynamodb channel needs 'table'")
-        if self.auth is not None and self.kind not in ("redis", "memcached"):
-            raise ValueError(f"'auth' applies to redis and memcached channels, not {self.kind}")
-        if (self.tls or self.tls_ca_file) and self.kind != "redis":
-            raise ValueError(f"'tls' applies to redis channels, not {self.kind}")
-        return self
+    @property
+    def place(self) -> str:
+        """Where its store is, in a few words (a bucket, a table, host:port)."""
+        return self.kind
+
+
+class AwsServiceSpec(ChannelSpec):
+    """A channel that is an AWS service, reached at AWS's endpoint or another (moto)."""
+
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+
+    _endpoint = field_validator("endpoint_url")(checked_endpoint_url)
+
+
+class ServerSpec(ChannelSpec):
+    """A channel served at host:port, with credentials where the job gives them."""
+
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)  # None: the kind's usual port
+    auth: AuthSpec | None = None
+    region: str = "us-east-1"  # where a Secrets Manager secret of ``auth`` is
+
+    @property
+    def credentials_given(self) -> bool:
+        return self.auth is not None
+
+    @property
+    def place(self) -> str:
+        return f"{self.host}:{self.port}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from lambdaml import catalogue, keys
 from lambdaml.config.algorithm import AlgorithmSpec
@@ -122,9 +122,10 @@ class JobSpec(Spec):
     workers: int = Field(4, ge=1, le=1024)
     dataset: str
     storage: StorageSpec = StorageSpec()
-    channel: ChannelSpec = ChannelSpec(kind="s3", bucket="lambdaml-comm")
+    # Dumped with its own kind's fields; made when needed, since a kind's model is loaded through the catalogue.
+    channel: SerializeAsAny[ChannelSpec] = Field(default_factory=lambda: ChannelSpec(kind="s3", bucket="lambdaml-comm"))
     model: ModelSpec = ModelSpec()
-    algorithm: AlgorithmSpec = AlgorithmSpec()
+    algorithm: SerializeAsAny[AlgorithmSpec] = AlgorithmSpec()  # dumped with its own algorithm's fields
     sync: SyncSpec = SyncSpec()
     runtime: RuntimeSpec = RuntimeSpec()
     iaas: IaaSSpec = IaaSSpec()

@@ -7,6 +7,7 @@ bounded: a service that does not come up fails with its log's tail in the error.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import shutil
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lambdaml import catalogue
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.interrupts import sigint_blocked
 
@@ -177,6 +179,18 @@ def start_memcached(
         argv += ["-u", "root"]  # memcached refuses to run as root otherwise
     ready = (b"VERSION", b"CLIENT_ERROR unauthenticated")
     return _start("memcached", argv, port, lambda: _answers(port, b"version\r\n", ready), log_path)
+
+
+def start_channel_server(kind: str, log_path: Path | None = None) -> Service:
+    """A server of the channel kind on a free loopback port, started as its description says."""
+    info = catalogue.channel(kind)
+    if info.local_server is None:
+        raise ConfigError(f"no {info.called} server can be started here")
+    module, _, name = info.local_server.partition(":")
+    service = getattr(importlib.import_module(module), name)(log_path=log_path)
+    if not isinstance(service, Service):
+        raise ConfigError(f"{info.local_server} started no service (got {type(service).__name__})")
+    return service
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """The local stack: the SAM template's resources on moto, its functions on the local
-Lambda service, and Redis or Memcached when a job wants a cache channel.
+Lambda service, and a local server of a cache channel's kind when a job wants one.
 
 ``lambdaml local up`` translates template.yaml to CloudFormation offline (the SAM
 translator in .venv-sam), creates it on moto's CloudFormation, and serves the created
@@ -241,9 +241,8 @@ def up(
         outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
         resources = _physical_ids(cloudformation, name)
         extra: dict[str, str] = {}
-        if cache in ("redis", "memcached"):
-            server = services.start_redis if cache == "redis" else services.start_memcached
-            cache_service = server(log_path=workdir / f"{cache}.log")
+        if cache != "none":
+            cache_service = services.start_channel_server(cache, log_path=workdir / f"{cache}.log")
             started.append(cache_service)
             extra.update(CacheEndpoint=f"127.0.0.1:{cache_service.port}", CacheKind=cache)  # as the template's
         record: dict[str, Any] = {

@@ -16,7 +16,6 @@ import pytest
 from analytic_model import Workload, advise, aws_profile, load_profile, pareto_front, predict_faas, predict_iaas
 from analytic_model.advisor import epochs_to_target, parse_bytes
 from analytic_model.collectives import (
-    RANGED_READ_CHANNELS,
     collective,
     packed_index_bytes,
     pattern_requests,
@@ -25,7 +24,7 @@ from analytic_model.compute import faas_speed, lambda_vcpus
 from analytic_model.prediction import Prediction, heartbeats
 from analytic_model.profile import ChannelPerf, save_profile, with_figures
 from analytic_model.tables import aws_defaults, is_figure, price_table, prices
-from analytic_model.transfers import ORDERED_WRITE_CHANNELS, Poll, Polling, call_s, store_s
+from analytic_model.transfers import Poll, Polling, call_s, store_s
 from analytic_model.workload import schedule
 from lambdaml import codec, seal
 from lambdaml.calibrate.exchange import crowded_bytes
@@ -35,6 +34,7 @@ from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
 from lambdaml.channels.dynamodb import GET_BATCH
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.errors import ChannelError, ConfigError
+from tests.capabilities import ORDERED_WRITE_CHANNELS, RANGED_READ_CHANNELS
 from tests.unit.test_patterns import MemoryView, make_inputs, run_world
 
 HIGGS = Workload("lr", dataset_bytes=1e9, samples=1_000_000, features=28, algorithm="admm", epochs=10)
