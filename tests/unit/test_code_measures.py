@@ -23,3 +23,34 @@ def test_no_function_in_the_runtime_or_backends_exceeds_the_complexity_bound() -
                 if not isinstance(block, Class) and block.complexity > MAX_COMPLEXITY:
                     over.append(f"{path.relative_to(ROOT)}:{block.lineno} {block.fullname} ({block.complexity})")
     assert not over, f"cyclomatic complexity over {MAX_COMPLEXITY} (radon): " + ", ".join(sorted(over))
+
+
+PACKAGES = ("lambdaml", "analytic_model")
+MAX_LINES = 500
+#: Files that may name a channel kind outside lambdaml/channels/, where each kind's module and its
+#: description (lambdaml/channels/kinds/) are: everything else asks the description.
+MAX_FILES_NAMING_A_KIND = 3
+
+
+def _sources() -> list[Path]:
+    return sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
+
+
+def test_no_source_file_exceeds_the_line_bound() -> None:
+    over = [
+        f"{path.relative_to(ROOT)} ({lines})"
+        for path in _sources()
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    ]
+    assert not over, f"files over {MAX_LINES} lines: " + ", ".join(over)
+
+
+def test_a_channel_kind_is_named_in_few_files_outside_the_channels() -> None:
+    channels = ROOT / "lambdaml" / "channels"
+    for kind in ("memcached", "dynamodb"):
+        naming = [
+            str(path.relative_to(ROOT))
+            for path in _sources()
+            if not path.is_relative_to(channels) and kind in path.read_text()
+        ]
+        assert len(naming) <= MAX_FILES_NAMING_A_KIND, f"{kind!r} is named in {len(naming)} files: {naming}"
