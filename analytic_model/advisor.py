@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from analytic_model.collectives import PATTERNS, grid_shape
 from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described, faas_channels
@@ -22,6 +22,7 @@ from analytic_model.prediction import (
     MB,
     Infeasible,
     Prediction,
+    PredictionJson,
     iaas_fits,
     memory_needed_mb,
     model_mb,
@@ -41,6 +42,27 @@ DEFAULT_MEMORY_MB = (1769, 3008, 10240)
 #: Rows whose time, cost and every part of the time agree to this fraction of the time (and cost)
 #: are one row: far inside what the table shows and the profile's uncertainty.
 SAME_FIGURES = 1e-3
+
+
+class AdviceRow(PredictionJson):
+    """A row of ``advise --json``: a prediction, and whether it is on the Pareto front."""
+
+    pareto: bool
+
+
+class AdviceJson(TypedDict):
+    """What ``advise --json`` prints."""
+
+    workload: dict[str, str | float | bool | None]  # the Workload's fields
+    region: str
+    profile: str
+    prices_checked: str | None
+    recommendation: str
+    recommended: PredictionJson
+    too_close_to_call: list[str] | None
+    pareto: list[PredictionJson]
+    rows: list[AdviceRow]
+    skipped: list[str]
 
 
 @dataclass
@@ -132,7 +154,7 @@ class Advice:
             line += f"; cheapest: {cheap.label}: {estimate(cheap)}"
         return line
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AdviceJson:
         front = {(p.platform, p.workers, p.pattern, p.memory_mb, p.architecture, option)
                  for p in self.pareto for option in options_of(p)}  # fmt: skip
         return {
@@ -417,15 +439,24 @@ def parse_bytes(text: str, what: str = "size") -> float:
     return value
 
 
-def epochs_to_target(result: dict[str, Any], target_loss: float) -> float:
+class CurvePoint(TypedDict):
+    epoch: float
+    loss: float | None
+
+
+class MeasuredRun(TypedDict, total=False):
+    loss_curve: Sequence[CurvePoint]  # what ``epochs_to_target`` reads of a result
+
+
+def epochs_to_target(result: MeasuredRun, target_loss: float) -> float:
     """Epochs a measured run took to reach ``target_loss``, from its result's loss curve."""
     curve = result.get("loss_curve") if isinstance(result, dict) else None
     if not curve:
         raise ConfigError("the result has no loss curve")
     for point in curve:
-        if point.get("loss") is not None and point["loss"] <= target_loss:
+        if (loss := point.get("loss")) is not None and loss <= target_loss:
             return float(point["epoch"])
-    best = min(p["loss"] for p in curve if p.get("loss") is not None)
+    best = min(loss for p in curve if (loss := p.get("loss")) is not None)
     raise ConfigError(
         f"the run never reached loss {target_loss:g} in {len(curve)} epoch{'' if len(curve) == 1 else 's'} "
         f"(best {best:.5f}); "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from analytic_model.collectives import Requests, ring_allreduce_s
 from analytic_model.compute import (
@@ -26,7 +26,7 @@ from analytic_model.compute import (
 from analytic_model.exchanges import communication, expected_staleness
 from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described
 from analytic_model.profile import ModelInfo, Profile
-from analytic_model.tables import channel_dollars, gb_second_price, price_table, prices
+from analytic_model.tables import RegionPrices, channel_dollars, gb_second_price, price_table, prices
 from analytic_model.transfers import Polling
 from analytic_model.uncertainty import Range, Uncertainty
 from analytic_model.workload import Workload, model_memory_bytes, schedule
@@ -84,13 +84,59 @@ class Prediction:
     def cost_range(self) -> Range:
         return self.uncertainty.cost_range(self.cost) if self.uncertainty else (self.cost, self.cost)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PredictionJson:
+        """Every field (as ``dataclasses.asdict`` gives them), then the label and the ranges."""
         return {
-            **asdict(self),
+            "platform": self.platform,
+            "workers": self.workers,
+            "time_s": self.time_s,
+            "cost": self.cost,
+            "option": self.option,
+            "pattern": self.pattern,
+            "memory_mb": self.memory_mb,
+            "rounds": self.rounds,
+            "round_s": self.round_s,
+            "time": dict(self.time),
+            "costs": dict(self.costs),
+            "requests": dict(self.requests),
+            "invocations": self.invocations,
+            "compute_from": self.compute_from,
+            "architecture": self.architecture,
+            "label_architecture": self.label_architecture,
+            "notes": self.notes,
+            "uncertainty": None if self.uncertainty is None else asdict(self.uncertainty),
+            "staleness": self.staleness,
             "label": self.label,
             "time_range_s": list(self.time_range_s),
             "cost_range": list(self.cost_range),
         }
+
+
+class PredictionJson(TypedDict):
+    """A prediction as ``advise --json`` prints it."""
+
+    platform: str
+    workers: int
+    time_s: float
+    cost: float
+    option: str
+    pattern: str | None
+    memory_mb: int | None
+    rounds: float
+    round_s: float
+    time: dict[str, float]
+    costs: dict[str, float]
+    requests: dict[str, float]
+    invocations: int
+    compute_from: str
+    architecture: str | None
+    label_architecture: bool
+    notes: tuple[str, ...]
+    uncertainty: dict[str, float] | None  # time_fraction, cost_fraction
+    staleness: float | None
+    label: str
+    time_range_s: list[float]
+    cost_range: list[float]
 
 
 def memory_needed_mb(profile: Profile, shard_bytes: float, runtime: str = "numpy", model_bytes: float = 0.0) -> float:
@@ -255,7 +301,7 @@ def predict_faas(
 
 
 def _channel_dollars(
-    kind: str, traffic: Requests, wall_s: float, table: dict[str, Any], profile: Profile, cache_node: str | None
+    kind: str, traffic: Requests, wall_s: float, table: RegionPrices, profile: Profile, cache_node: str | None
 ) -> float:
     """The channel's price for the whole job, as its description bills it (a cache: ``cache_node``'s hours)."""
     return channel_dollars(

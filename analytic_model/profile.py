@@ -232,12 +232,12 @@ class Profile:
         return to_json(self)
 
     @cached_property
-    def _values(self) -> dict[str, Any]:
+    def _values(self) -> dict[str, object]:
         return self.to_json()
 
     def figure(self, path: str) -> Any:
         """A figure by dotted path, e.g. ``lambda.vcpu_one_at_mb``."""
-        node: Any = self._values
+        node: object = self._values
         for part in path.split("."):
             if not isinstance(node, dict) or part not in node:
                 raise ConfigError(f"profile {self.target!r} has no figure {path!r}")
@@ -293,11 +293,13 @@ def compute_key(model: str, params: int, sparse: bool = False) -> str:
     return f"{model}:{params}:{'csr' if sparse else 'dense'}"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, object], over: Mapping[str, object]) -> dict[str, object]:
+    """``over``'s figures laid over ``base``'s (JSON objects: nested ones merged key by key)."""
     merged = copy.deepcopy(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+        below = merged.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = _merge(below, value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -334,16 +336,16 @@ def load_profile(path: str | Path | None = None) -> Profile:
     return Profile.from_json(measured, over=aws_profile(), note=str(measured.get("_source", f"measured, {path}")))
 
 
-def with_figures(profile: Profile, changes: dict[str, Any], why: str = "changed by the caller") -> Profile:
+def with_figures(profile: Profile, changes: Mapping[str, object], why: str = "changed by the caller") -> Profile:
     """The profile with some figures replaced (a what-if: ``{"ec2": {"startup_s": 30}}``)."""
     return Profile.from_json(changes, over=profile, note=why)
 
 
 class _Record(Protocol):
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> Mapping[str, object]: ...
 
 
-def save_profile(measured: _Record | Mapping[str, Any], path: str | Path) -> Path:
+def save_profile(measured: _Record | Mapping[str, object], path: str | Path) -> Path:
     """Write a calibrated (partial) profile, typed or its JSON; ``load_profile`` lays it over the defaults."""
     data = measured if isinstance(measured, Mapping) else measured.to_json()
     path = Path(path)

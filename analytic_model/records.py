@@ -40,13 +40,14 @@ def _stored(f: Field[Any]) -> bool:
 
 
 @cache
-def _hints(cls: Any) -> dict[str, Any]:
+def _hints(cls: Any) -> dict[str, object]:
+    """The type of each of a record's fields (a class, or a form such as ``float | None``)."""
     return get_type_hints(cls)
 
 
-def to_json(record: Any) -> dict[str, Any]:
+def to_json(record: Any) -> dict[str, object]:
     """A record as plain JSON values."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for f in fields(record):
         value = getattr(record, f.name)
         if not _stored(f) or _left_out(f, value):
@@ -78,7 +79,9 @@ def _names(cls: type) -> set[str]:
     names: set[str] = set()
     for f in fields(cls):
         if f.metadata.get("flat"):
-            names |= _names(_hints(cls)[f.name])
+            part = _hints(cls)[f.name]
+            assert isinstance(part, type)  # a flat field holds a record
+            names |= _names(part)
         elif _stored(f):
             names.add(_name(f))
     return names
@@ -104,7 +107,7 @@ class Reader:
         built: R = self._build(cls, data, path, given)
         return built
 
-    def _build(self, cls: Any, data: Mapping[str, Any], path: str, given: dict[str, Any]) -> Any:
+    def _build(self, cls: Any, data: Mapping[str, Any], path: str, given: Mapping[str, object]) -> Any:
         hints = _hints(cls)
         values = dict(given)
         for f in fields(cls):

@@ -10,27 +10,42 @@ import json
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from lambdaml.catalogue import ChannelInfo
 from lambdaml.errors import ConfigError
 
+#: One region's prices: each section (``lambda``, ``s3``, ``s3express``, ``dynamodb``,
+#: ``elasticache``, ``ec2``) names its prices in dollars; a channel's description names its section.
+RegionPrices = Mapping[str, Mapping[str, float]]
+
+
+class PriceTable(TypedDict):
+    """``prices.json``: the regions' prices, with where they came from and when they were checked."""
+
+    _source: str
+    _checked: str
+    _s3express: str
+    _units: str
+    regions: Mapping[str, RegionPrices]
+
 
 @cache
-def _shipped(name: str) -> dict[str, Any]:
-    table: dict[str, Any] = json.loads(resources.files("analytic_model").joinpath(name).read_text())
+def _shipped(name: str) -> Any:
+    """A data file as ``json.loads`` reads it; its reader says what shape it has."""
+    return json.loads(resources.files("analytic_model").joinpath(name).read_text())
+
+
+def price_table() -> PriceTable:
+    """The whole price table, with its ``_source`` and ``_checked`` date."""
+    table: PriceTable = _shipped("prices.json")
     return table
 
 
-def price_table() -> dict[str, Any]:
-    """The whole price table, with its ``_source`` and ``_checked`` date."""
-    return _shipped("prices.json")
-
-
-def prices(region: str) -> dict[str, Any]:
+def prices(region: str) -> RegionPrices:
     """One region's prices: ``lambda``, ``s3``, ``dynamodb``, ``elasticache`` and ``ec2``."""
     try:
-        region_prices: dict[str, Any] = price_table()["regions"][region]
+        region_prices = price_table()["regions"][region]
     except KeyError:
         known = ", ".join(sorted(price_table()["regions"]))
         raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
@@ -47,9 +62,11 @@ def gb_second_price(table: Mapping[str, float], architecture: str) -> float:
     return float(table["gb_second_arm" if architecture == "arm64" else "gb_second_x86"])
 
 
-def aws_defaults() -> dict[str, Any]:
-    """The AWS performance defaults as shipped: every figure as ``{"value", "source"}``."""
-    return _shipped("aws_defaults.json")
+def aws_defaults() -> Mapping[str, object]:
+    """The AWS performance defaults as shipped: every figure as ``{"value", "source"}`` (JSON that
+    ``Profile.from_json`` parses)."""
+    defaults: Mapping[str, object] = _shipped("aws_defaults.json")
+    return defaults
 
 
 def is_figure(node: object) -> bool:
@@ -82,7 +99,7 @@ def sources(node: Any, path: str = "") -> dict[str, str]:
 
 def channel_dollars(
     channel: ChannelInfo,
-    table: dict[str, Any],
+    table: RegionPrices,
     *,
     wall_s: float,
     node: str,
@@ -119,7 +136,7 @@ def channel_dollars(
 
 def request_dollars(
     prices: str,
-    table: dict[str, Any],
+    table: RegionPrices,
     *,
     puts: float,
     gets: float,

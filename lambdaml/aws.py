@@ -98,12 +98,11 @@ def client(
         response_checksum_validation=checksums,
         s3=None if sign_s3_payload is None else {"payload_signing_enabled": sign_s3_payload},
     )
-    kwargs: dict[str, Any] = {"config": config, "endpoint_url": endpoint_url}
+    local: dict[str, str] = {}
     if _local_keys(endpoint_url):
-        kwargs["aws_access_key_id"] = settings.LOCAL_ACCESS_KEY
-        kwargs["aws_secret_access_key"] = settings.LOCAL_SECRET_KEY
+        local.update(aws_access_key_id=settings.LOCAL_ACCESS_KEY, aws_secret_access_key=settings.LOCAL_SECRET_KEY)
     with _session_lock:
-        return _shared_session().client(service, **kwargs)
+        return _shared_session().client(service, config=config, endpoint_url=endpoint_url, **local)
 
 
 def wait_for_stack(

@@ -10,13 +10,60 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from analytic_model.tables import channel_dollars, gb_second_price, price_table, prices
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
 KB = 1024
+
+
+class LambdaCost(TypedDict):
+    """A run's Lambda bill: its invocations, billed GB-seconds and requests, in dollars."""
+
+    invocations: int
+    cold_starts: int
+    gb_seconds: float
+    architectures: list[str]
+    dollars: float
+
+
+class ChannelCost(TypedDict):
+    """What a channel's use cost: its requests, priced by its description."""
+
+    requests: float
+    dollars: float
+
+
+class PricedChannel(ChannelCost):
+    kind: str
+
+
+class Ec2Cost(TypedDict):
+    """On-demand instances for a run's wall time."""
+
+    instance_type: str
+    instances: int
+    seconds_billed: int
+    dollars_per_hour: float
+    dollars: float
+
+
+#: The cost section of a result: Lambda and its channel, or EC2 (``lambda`` is a keyword: the
+#: functional form). Every key may be missing from a result an older version wrote.
+JobCost = TypedDict(
+    "JobCost",
+    {
+        "region": str,
+        "prices_checked": str | None,
+        "lambda": LambdaCost,
+        "channel": PricedChannel,
+        "ec2": Ec2Cost,
+        "total_dollars": float,
+    },
+    total=False,
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +76,7 @@ class Invocation:
     architecture: str = "x86_64"  # arm64 (Graviton) bills less per GB-second
 
 
-def lambda_cost(invocations: Sequence[Invocation], region: str) -> dict[str, Any]:
+def lambda_cost(invocations: Sequence[Invocation], region: str) -> LambdaCost:
     """Billed GB-seconds (duration rounded up to 1 ms, times memory) and requests, in dollars."""
     table = prices(region)["lambda"]
     gb_s = dollars = 0.0
@@ -58,7 +105,7 @@ def lambda_seconds_cost(seconds: float, workers: int, memory_mb: int, region: st
 CACHE_NODE = "cache.t4g.small"
 
 
-def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> dict[str, float]:
+def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> ChannelCost:
     """The channel's use in dollars, as its description bills it: its requests, or the hours of
     the cache node serving it for the job's time."""
     dollars = channel_dollars(
@@ -78,7 +125,7 @@ def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region:
 
 def job_cost(
     kind: str, traffic: Mapping[str, float], invocations: Sequence[Invocation], wall_s: float, region: str
-) -> dict[str, Any]:
+) -> JobCost:
     """The cost section of a result: the workers' channel traffic and Lambda invocations, priced."""
     lam = lambda_cost(invocations, region)
     channel = channel_cost(kind, traffic, wall_s, region)
@@ -94,7 +141,7 @@ def job_cost(
 EC2_MINIMUM_BILLED_S = 60  # per-second billing, with a one-minute minimum per instance
 
 
-def ec2_cost(instance_type: str, instances: int, wall_s: float, region: str) -> dict[str, Any]:
+def ec2_cost(instance_type: str, instances: int, wall_s: float, region: str) -> JobCost:
     """The cost section of an IaaS run: ``instances`` on-demand instances for the run's wall time."""
     table = prices(region)["ec2"]
     if instance_type not in table:

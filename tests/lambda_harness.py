@@ -20,7 +20,8 @@ from lambdaml import codec, keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.data import shards, synthetic
-from lambdaml.runtime import lambda_handlers, records
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
+from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json

@@ -1,4 +1,4 @@
-"""Coordinator Lambda entry point: a thin shell over ``lambdaml.runtime.lambda_handlers.coordinate``.
+"""Coordinator Lambda entry point: a thin shell over ``lambdaml.platforms.aws_lambda.handlers.coordinate``.
 
 It starts a job's workers, and is also the worker's on-failure destination, so it can resume a
 worker whose retries ran out.
@@ -10,6 +10,6 @@ from typing import Any
 
 
 def handler(event: dict[str, Any], context: Any) -> Any:
-    from lambdaml.runtime.lambda_handlers import coordinate  # lazy: keep the cold start small
+    from lambdaml.platforms.aws_lambda.handlers import coordinate  # lazy: keep the cold start small
 
     return coordinate(event, context)

@@ -1,4 +1,6 @@
-"""Worker Lambda entry point (zip and container image): a thin shell over ``lambdaml.runtime.lambda_handlers.work``."""
+"""Worker Lambda entry point (zip and container image): a thin shell over
+``lambdaml.platforms.aws_lambda.handlers.work``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +13,6 @@ logging.getLogger("lambdaml").setLevel(logging.INFO)
 
 
 def handler(event: dict[str, Any], context: Any) -> Any:
-    from lambdaml.runtime.lambda_handlers import work  # lazy: keep the cold start small
+    from lambdaml.platforms.aws_lambda.handlers import work  # lazy: keep the cold start small
 
     return work(event, context)

@@ -14,14 +14,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec
+from lambdaml.cost import JobCost
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import JobCancelled, JobFailed
 from lambdaml.runtime import machine_jobs, records
+from lambdaml.runtime.heartbeat import HeartbeatRecord
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import JobResult, WorkerReport, WorkerRow
 from lambdaml.runtime.results import (
@@ -83,16 +85,33 @@ def known_state(store: Channel, job_id: str) -> JobStatus:
     return state
 
 
+class WorkerProgress(TypedDict):
+    """What a status shows of an attempt's workers: the job's epochs (None: not recorded) and each
+    worker's latest heartbeat (its latest epoch; not the epochs so far its record keeps for a follower)."""
+
+    epochs: int | None
+    heartbeats: list[HeartbeatRecord]
+
+
+def worker_progress(store: Channel, job_id: str, job: JobSpec, attempt: int) -> WorkerProgress:
+    """The heartbeats of ``attempt``'s workers, in rank order, with the job's epochs."""
+    beats = store.get_many([keys.worker_heartbeat(job_id, attempt, r) for r in range(job.workers)])
+    heartbeats = []
+    for key in sorted(beats):
+        beat = json.loads(beats[key])
+        beat.pop("epochs", None)
+        heartbeats.append(beat)
+    return {"epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+
+
 def with_heartbeats(
     store: Channel, job_id: str, job: JobSpec, state: JobStatus | Mapping[str, object]
-) -> dict[str, Any]:
-    """A state record (or its JSON) as JSON with the heartbeats of its attempt and the job's epochs: what a
-    status shows (each worker's latest epoch; not the epochs so far its record keeps for a follower)."""
+) -> dict[str, object]:
+    """A state record (or its JSON) as stored (with the fields another version wrote), and its attempt's
+    ``worker_progress``: what a status prints."""
     if not isinstance(state, JobStatus):
         state = JobStatus.from_json(state, job_id)
-    beats = store.get_many([keys.worker_heartbeat(job_id, state.attempt, r) for r in range(job.workers)])
-    heartbeats = [{k: v for k, v in json.loads(beats[key]).items() if k != "epochs"} for key in sorted(beats)]
-    return {**state.to_json(), "epochs": job.algorithm.epochs, "heartbeats": heartbeats}
+    return {**state.to_json(), **worker_progress(store, job_id, job, state.attempt)}
 
 
 class Backend(ABC):
@@ -119,11 +138,11 @@ class Backend(ABC):
         ``on_event`` hears of each rank's epochs as they end, ``on_progress`` of its steps every so often.
         """
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        """The job's state record with the heartbeats of its current attempt (``workers``), as JSON to show."""
+    def status(self, job_id: str) -> tuple[JobStatus, WorkerProgress]:
+        """The job's state record, and the heartbeats of its current attempt's workers."""
         store = self.store()
         state = known_state(store, job_id)
-        return with_heartbeats(store, job_id, records.stored_job(store, job_id), state)
+        return state, worker_progress(store, job_id, records.stored_job(store, job_id), state.attempt)
 
     def cancel(self, job_id: str) -> JobStatus:
         """Ask a running job to stop: its workers see the marker at their next heartbeat. Its record after."""
@@ -132,7 +151,7 @@ class Backend(ABC):
     def saved(self, run: Run, result: JobResult) -> None:
         """The run's result file is on this machine, at ``result.result_path``."""
 
-    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
         return lambda_job_cost(job, workers, wall_s)
 
@@ -212,11 +231,12 @@ class MachineBackend(Backend):
         attempt = run.attempt
         ended, error = records.CANCELLED, None
         # What it cost up to then, estimated from its run time (a cancel recorded the state without it).
-        fields = estimated_cost_fields(run.job, time.perf_counter() - run.started, self.name)
+        cost = estimated_cost_fields(run.job, time.perf_counter() - run.started, self.name)
         if not isinstance(exc, JobCancelled):
             ended = records.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else records.FAILED
-            error = fields["error"] = str(exc) or "interrupted"
-        records.set_status(self.store(), attempt.job_id, attempt.number, ended, **fields)
+            error = str(exc) or "interrupted"
+        failure = {} if error is None else {"error": error}
+        records.set_status(self.store(), attempt.job_id, attempt.number, ended, **cost, **failure)
         machine_jobs.record_state(self.store(), attempt, ended, error=error)
         if self.uses_channel:
             clear_job_channel(run.job, attempt.job_id, attempt.number)

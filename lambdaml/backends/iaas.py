@@ -23,10 +23,11 @@ from typing import IO, Any
 
 from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, ProgressCallback, Run, StepEvent
 from lambdaml.config import JobSpec
+from lambdaml.cost import JobCost
 from lambdaml.errors import ConfigError, JobFailed
 from lambdaml.interrupts import sigint_blocked
 from lambdaml.runtime import torchrun_local
-from lambdaml.runtime.iaas import cluster_cost
+from lambdaml.runtime.iaas import ErrorLine, RankEvent, cluster_cost
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import WorkerReport, WorkerRow
 from lambdaml.runtime.results import collect_reports
@@ -115,7 +116,7 @@ class IaaSLocalBackend(MachineBackend):
         torchrun.log_file.close()
         torchrun.tmp.cleanup()
 
-    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
         return cluster_cost(job, workers, wall_s)
 
     def _follow(
@@ -161,7 +162,7 @@ class _Heard:
     on_event: EventCallback | None
     on_progress: ProgressCallback | None
     done: set[int] = field(default_factory=set)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ErrorLine] = field(default_factory=list)
 
     def read(self, reader: IO[str]) -> None:
         """The lines a rank's file has gained since the last read."""
@@ -169,13 +170,13 @@ class _Heard:
             self.last_s = time.monotonic()
             self.take(json.loads(line))
 
-    def take(self, event: dict[str, Any]) -> None:
-        kind, rank = event["kind"], event["rank"]
-        if kind == "error":
+    def take(self, event: RankEvent) -> None:
+        rank = event["rank"]
+        if event["kind"] == "error":
             self.errors.append(event)
-        elif kind == "done":
+        elif event["kind"] == "done":
             self.done.add(rank)
-        elif kind == "steps":
+        elif event["kind"] == "steps":
             if self.on_progress is not None:
                 self.on_progress(StepEvent(rank, event["epoch"], event["step"], event["steps"]))
         elif self.on_event is not None:

@@ -18,8 +18,8 @@ from typing import Any
 from lambdaml import catalogue
 from lambdaml.backends.base import EventCallback, JobEvent, MachineBackend, ProgressCallback, Run, StepEvent
 from lambdaml.channels import Channel, open_channel
-from lambdaml.config import JobSpec, parse_job
-from lambdaml.cost import Invocation, job_cost
+from lambdaml.config import JobSpec
+from lambdaml.cost import Invocation, JobCost, job_cost
 from lambdaml.errors import JobCancelled, JobFailed, LambdaMLError
 from lambdaml.interrupts import ignore_sigint, sigint_blocked
 from lambdaml.runtime.heartbeat import Heartbeat, at_most_every, both
@@ -41,16 +41,14 @@ _STOP_GRACE_S = 5.0
 
 
 def _worker_main(
-    job_data: dict[str, Any],
-    attempt_data: dict[str, Any],
+    job: JobSpec,
+    attempt: Attempt,
     secret: bytes | None,
     rank: int,
     events: Any,
     channel: Channel | None = None,
 ) -> None:
     """Entry point of one worker: every outcome goes back as a message, never as a traceback."""
-    job = parse_job(job_data)
-    attempt = Attempt.from_json(attempt_data)
     # No deadline; periodic checkpoints let an interrupted job go on with --resume.
     lifetime = Lifetime(
         remaining_s=lambda: float("inf"), checkpoint_every=job.runtime.checkpoint_every, on_lambda=False
@@ -122,7 +120,7 @@ def _main_module_hidden() -> Iterator[None]:
     processes start, spawn sends nothing of it.
     """
     main = sys.modules["__main__"]
-    saved: dict[str, Any] = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    saved: dict[str, object] = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
     main.__dict__.pop("__file__", None)
     main.__dict__["__spec__"] = None
     try:
@@ -162,15 +160,12 @@ class LocalBackend(MachineBackend):
     name = "local"
 
     def start(self, job: JobSpec, attempt: Attempt, secret: bytes | None) -> _Workers:
-        job_data, attempt_data = job.model_dump(mode="json"), attempt.to_json()
         workers: list[Any]
         if not catalogue.channel(job.channel.kind).connects_processes:  # one channel, shared by threads
             events: Any = queue.Queue()
             shared = open_channel(job.channel)
             workers = [
-                threading.Thread(
-                    target=_worker_main, args=(job_data, attempt_data, secret, r, events, shared), daemon=True
-                )
+                threading.Thread(target=_worker_main, args=(job, attempt, secret, r, events, shared), daemon=True)
                 for r in range(job.workers)
             ]
         else:
@@ -179,7 +174,7 @@ class LocalBackend(MachineBackend):
             workers = [
                 ctx.Process(
                     target=_worker_process,
-                    args=(job_data, attempt_data, secret, r, events),
+                    args=(job, attempt, secret, r, events),
                     name=f"lambdaml-worker-{r}",
                     daemon=True,  # an exit that skips stop() still ends them (multiprocessing's atexit)
                 )
@@ -218,7 +213,7 @@ class LocalBackend(MachineBackend):
                 reports[rank] = report
         return [reports[r] for r in range(job.workers)]
 
-    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
+    def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
         """Priced as Lambda would bill the same run: one invocation per worker for its whole time."""
         as_lambda = [Invocation(w.times.total_s, job.runtime.memory_mb, cold=True) for w in workers]
         return job_cost(job.channel.kind, total_traffic(workers), as_lambda, wall_s, job.storage.region)

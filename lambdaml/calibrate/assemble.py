@@ -8,7 +8,6 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from analytic_model.calibration import (
     Calibration,
@@ -122,7 +121,7 @@ def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None
             shared_cores=cores(), **({} if growth is None else {"server_growth": growth}),
         )  # fmt: skip
         say(f"channel {spec.kind}: a big value")
-        big: dict[str, Any] = measure_big_values(channel, effort, perf)  # Any: for replace() on ChannelPerf
+        big = measure_big_values(channel, effort, perf)
         server_range_Bps = measure_ranged_reads(channel, effort)
     calls, perf = replace(calls, **big), replace(perf, **big, server_range_Bps=server_range_Bps)
     if spec.authenticates_values:  # the probes' values carry a MAC, as a job's do: the model hashes them

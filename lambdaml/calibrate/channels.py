@@ -7,7 +7,7 @@ import secrets
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from analytic_model.calibration import CallFigures, StoreFigures
 from analytic_model.channel_perf import ChannelPerf
@@ -131,7 +131,16 @@ def measure_ranged_reads(channel: Channel, effort: Effort, object_bytes: int = 3
     return object_bytes / excess if excess > 0.1 * statistics.median(plain) else None
 
 
-def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> dict[str, float]:
+class BigValueFigures(TypedDict):
+    """``CallFigures``' (and ``ChannelPerf``'s) big-value fields."""
+
+    big_value_bytes: float
+    big_from_bytes: float
+    bandwidth_put_big_Bps: float
+    bandwidth_get_big_Bps: float
+
+
+def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> BigValueFigures:
     """The rates one worker moves the bytes of a value over malloc's largest mmap threshold at (its put
     and get through the worker's code, chunked where the channel chunks; ``perf``: the channel
     as measured so far): ``CallFigures``' big-value fields.
@@ -159,23 +168,26 @@ def measure_big_values(channel: Channel, effort: Effort, perf: ChannelPerf) -> d
             channel.delete_stored([key])
     finally:
         channel.clear(keys.comm_prefix(job))
-    figures = {"big_value_bytes": float(len(data)), "big_from_bytes": float(MMAP_THRESHOLD)}
+    bandwidth: dict[str, float] = {}
     for op in ("put", "get"):
         # The call's requests (its parts and manifest where chunked) as the model times them; the rest is bytes.
         requests_s = call_s(perf, op, 1, len(data)) - perf.bytes_s(op, len(data))
         bytes_s = max(statistics.median(times[op]) - requests_s, 1e-9)
-        figures[f"bandwidth_{op}_big_Bps"] = len(data) / bytes_s
-    return figures
+        bandwidth[op] = len(data) / bytes_s
+    return {
+        "big_value_bytes": float(len(data)),
+        "big_from_bytes": float(MMAP_THRESHOLD),
+        "bandwidth_put_big_Bps": bandwidth["put"],
+        "bandwidth_get_big_Bps": bandwidth["get"],
+    }
 
 
-def _saturate(
-    spec_data: dict[str, Any], index: int, seconds: float, large_floats: int, barrier: Any, results: Any
-) -> None:
+def _saturate(spec: ChannelSpec, index: int, seconds: float, large_floats: int, barrier: Any, results: Any) -> None:
     """One of several processes hammering a channel: count small puts, small gets, large puts, large gets."""
     try:
         keep_freed_buffers()  # as a worker's process does
-        channel = open_channel(ChannelSpec(**spec_data))
-        job = f"calibrate-sat-{spec_data['kind']}"
+        channel = open_channel(spec)
+        job = f"calibrate-sat-{spec.kind}"
         counts: dict[str, int] = {}
         for label, one in (("small", value(SMALL_FLOATS)), ("large", value(large_floats))):
             data = codec.encode(one)
@@ -205,8 +217,7 @@ def _saturate(
 
 def measure_store(spec: ChannelSpec, effort: Effort, large_floats: int, n: int) -> StoreFigures:
     """What the store, or the machine every process shares, sustains with ``n`` workers at once."""
-    spec_data = spec.model_dump()
-    args = [(spec_data, i, effort.saturation_s, large_floats) for i in range(n)]
+    args = [(spec, i, effort.saturation_s, large_floats) for i in range(n)]
     timeout_s = PROBE_TIMEOUT_S + 4 * effort.saturation_s
     reports = run_together(_saturate, args, f"calibrating {spec.kind}", timeout_s)
     total = {name: sum(counts[name] for _, counts in reports) for name in reports[0][1]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import numpy as np
 
@@ -31,7 +31,16 @@ class ComputeProbe:
     rows: int = 4000
 
 
-def _probe_data(probe: ComputeProbe) -> tuple[Any, Array, dict[str, Any]]:
+class ProbeShape(TypedDict, total=False):
+    """The manifest's figures of a probe's data (what is not given takes the manifest's default)."""
+
+    n_features: Required[int]
+    n_classes: int
+    sample_shape: list[int]
+    format: str
+
+
+def _probe_data(probe: ComputeProbe) -> tuple[Any, Array, ProbeShape]:
     from lambdaml.data import synthetic
 
     if probe.model in _IMAGE_MODELS:

@@ -14,7 +14,7 @@ import math
 import secrets
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,7 @@ def _probe_step(floats: int) -> Callable[[], None]:
 
 
 def _rounds(
-    spec_data: dict[str, Any],
+    spec: ChannelSpec,
     job: str,
     secret: bytes | None,
     rank: int,
@@ -93,7 +93,7 @@ def _rounds(
 
     try:
         keep_freed_buffers()  # as a worker's process does: rounds of large values churn no pages
-        channel = open_channel(ChannelSpec(**spec_data))
+        channel = open_channel(spec)
         collective = "allreduce" if pattern in (None, RING) else pattern
         comm = ChannelCommunicator(
             channel, job, rank, world, pattern=collective, timeout_s=PROBE_TIMEOUT_S, secret=secret
@@ -140,7 +140,7 @@ def _mean_round(spec: ChannelSpec, world: int, floats: int, rounds: int, *, patt
     """The mean round of ``world`` processes doing ``_rounds``, and their gradient steps."""
     job = f"calibrate-rounds-{secrets.token_hex(3)}"
     # The values are sealed as a job's would be: authenticated where the job's channel would be.
-    shared = (spec.model_dump(), job, new_secret() if spec.authenticates_values else None)
+    shared = (spec, job, new_secret() if spec.authenticates_values else None)
     args = [(*shared, r, world, floats, rounds, pattern) for r in range(world)]
     reports = run_together(_rounds, args, f"calibrating rounds on {spec.kind}", PROBE_TIMEOUT_S)
     ends = next(report[0] for rank, report in reports if rank == 0)[2:]
@@ -228,7 +228,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
         for pattern in (*CALIBRATED_PATTERNS, RING):
 
             def modelled(loss: float, world: int = world, pattern: str = pattern) -> float:
-                with_loss = dataclasses.replace(perf, **_pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
+                with_loss = _replaced(perf, _pattern_fields(pattern, wait_s=loss, wait_per_worker_s=0.0))
                 if pattern == RING:  # each rank puts its message and waits for its neighbours'
                     return ring_exchange(with_loss, world, message, polling).seconds
                 return collective(with_loss, pattern, world, small - header, math.inf, polling, header).seconds
@@ -259,7 +259,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
         else 0.0
     )
     # A step right after a wait runs on cold caches (and a core that may be asleep).
-    figures: dict[str, Any] = {"crowding": max(fit, 0.0), "step_wake_s": statistics.fmean(wakes)}
+    figures: dict[str, float] = {"crowding": max(fit, 0.0), "step_wake_s": statistics.fmean(wakes)}
     for pattern in (*CALIBRATED_PATTERNS, RING):
         top = losses[pattern, worlds[-1]]
         # A ring rank waits on at most 2 neighbours: the model grows its loss up to 3 workers.
@@ -268,7 +268,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
         figures.update(_pattern_fields(pattern, wait_s=losses[pattern, 2], wait_per_worker_s=max(per_worker, 0.0)))
     # Each pattern with large values, round after round: what its bytes take in real rounds
     # beyond the figures so far (the ranks move them while the others poll and compute).
-    fitted = dataclasses.replace(perf, **figures)
+    fitted = _replaced(perf, figures)
     store_moves_bytes = any(perf.server_bandwidth(op) for op in ("put", "get"))
     store_factors: list[float] = []
     for pattern in CALIBRATED_PATTERNS:
@@ -281,7 +281,7 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
                     if store
                     else _pattern_fields(pattern, bytes_slowdown=1.0 + excess)
                 )
-                modelled = dataclasses.replace(fitted, **changed)
+                modelled = _replaced(fitted, changed)
                 return collective(modelled, pattern, world, large - header, math.inf, polling, header).seconds
 
             unslowed = collective(fitted, pattern, world, large - header, math.inf, polling, header)
@@ -307,7 +307,14 @@ def measure_exchange(spec: ChannelSpec, perf: ChannelPerf, effort: Effort, large
     return ExchangeFigures(**figures)
 
 
-def _pattern_fields(pattern: str, **figures: float) -> dict[str, Any]:
+def _replaced(perf: ChannelPerf, figures: Mapping[str, float]) -> ChannelPerf:
+    """``perf`` with the figures named: ``dataclasses.replace`` by names made at run time, which a type
+    checker cannot match to fields (so Any: each one is a float field of ``ChannelPerf``)."""
+    changes: dict[str, Any] = dict(figures)
+    return dataclasses.replace(perf, **changes)
+
+
+def _pattern_fields(pattern: str, **figures: float) -> dict[str, float]:
     """The profile's names of ``pattern``'s own figures (ScatterReduce's carry ``sr_``, the ring's ``ring_``)."""
     prefix = {"scatter_reduce": "sr_", RING: "ring_"}.get(pattern, "")
     return {f"{prefix}{name}": figure for name, figure in figures.items()}

@@ -24,13 +24,11 @@ def _attempt(job_id: str) -> Attempt:
     return Attempt(job_id=job_id, number=ATTEMPT, dataset_version="calibrate", started_at=time.time())
 
 
-def _beat_together(
-    storage_data: dict[str, Any], job_id: str, rank: int, repeats: int, barrier: Any, results: Any
-) -> None:
+def _beat_together(storage: StorageSpec, job_id: str, rank: int, repeats: int, barrier: Any, results: Any) -> None:
     """One of several processes beating at once, every beat started together (as BSP's ranks
     end an epoch together): reports each beat's seconds."""
     try:
-        beat = Heartbeat(open_storage(StorageSpec(**storage_data)), _attempt(job_id))
+        beat = Heartbeat(open_storage(storage), _attempt(job_id))
         beat(rank, 0, 0.0, 0.0)  # the first request opens the connection
         seconds = []
         for epoch in range(1, repeats + 1):
@@ -52,7 +50,7 @@ def measure_heartbeat(storage: StorageSpec, effort: Effort) -> tuple[float, floa
         beat(0, 0, 0.0, 0.0)  # the first request opens the connection
         alone = median_time(lambda: beat(0, 1, 0.0, 0.0), effort.repeats)
         n = max(effort.processes, 2)
-        args = [(storage.model_dump(), job_id, rank, effort.repeats) for rank in range(n)]
+        args = [(storage, job_id, rank, effort.repeats) for rank in range(n)]
         reports = run_together(_beat_together, args, "calibrating heartbeats", PROBE_TIMEOUT_S)
         beats = [seconds for _, seconds in reports]
         # Each epoch waits for its slowest rank's beat, and a job's time is the sum of its epochs: the mean.

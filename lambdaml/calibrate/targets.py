@@ -15,7 +15,7 @@ from lambdaml.config import ChannelSpec, StorageSpec
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lambdaml.backends.stack import Stack
+    from lambdaml.platforms.aws_lambda.stack import LambdaStack as Stack
 
 #: What calibration measures by default: every channel that workers in separate processes share.
 KINDS = tuple(catalogue.shared_channels())
@@ -59,7 +59,7 @@ def local_channels(
 
 def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec], StorageSpec, bool, Stack]:
     """A stack's channels and data bucket; whether it is a local stack; the stack itself."""
-    from lambdaml.backends.stack import channel_from_stack, resolve_stack
+    from lambdaml.backends.stack import resolve_stack
 
     stack = resolve_stack(name)
     specs: dict[str, ChannelSpec] = {}
@@ -67,7 +67,7 @@ def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec
         cache = stack.environment()
         if catalogue.channel(kind).stack_cache and (cache.cache_kind != kind or cache.cache_host is None):
             raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")
-        specs[kind] = ChannelSpec.model_validate({"kind": kind, **channel_from_stack(kind, stack)})
+        specs[kind] = ChannelSpec.model_validate({"kind": kind, **stack.channel_fields(kind)})
     storage = StorageSpec(
         bucket=stack.output("DataBucketName"), endpoint_url=stack.endpoints.get("s3"), region=stack.region
     )

@@ -168,12 +168,12 @@ def _workload_from(args: argparse.Namespace) -> Any:
             raise ConfigError("--from-result needs --target-loss")
         from lambdaml.runtime.reports import read_result_file
 
-        result = read_result_file(args.from_result).to_json()  # bounded and typed: its loss curve is numbers
+        curve = read_result_file(args.from_result).loss_curve  # bounded and typed: its loss curve is numbers
         try:
             target = float(args.target_loss)
         except ValueError:
             raise ConfigError(f"--target-loss must be a number, got {args.target_loss!r}") from None
-        epochs = epochs_to_target(result, target)
+        epochs = epochs_to_target({"loss_curve": [{"epoch": p.epoch, "loss": p.loss} for p in curve]}, target)
     elif args.target_loss is not None:
         raise ConfigError("--target-loss goes with --from-result")
     elif args.epochs is not None:

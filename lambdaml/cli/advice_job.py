@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from lambdaml import catalogue
@@ -32,7 +33,7 @@ def _fill(args: argparse.Namespace, name: str, value: Any) -> None:
         setattr(args, name, value)
 
 
-def job_options(job: JobSpec, raw: dict[str, Any]) -> dict[str, Any]:
+def job_options(job: JobSpec, raw: Mapping[str, object]) -> dict[str, str | list[str]]:
     """The options a job gives, as the command line would give them (text, or the parsed name lists).
 
     ``raw`` is the file as written: workers, memory and the instance type count only where it
@@ -40,7 +41,7 @@ def job_options(job: JobSpec, raw: dict[str, Any]) -> dict[str, Any]:
     every pattern to the advisor.
     """
     spec = job.algorithm
-    options: dict[str, Any] = {
+    options: dict[str, str | list[str]] = {
         "model": job.model.name,
         "algorithm": spec.name,
         "optimizer": spec.optimizer,
@@ -58,14 +59,20 @@ def job_options(job: JobSpec, raw: dict[str, Any]) -> dict[str, Any]:
         options["patterns"] = [job.sync.pattern]
     if "workers" in raw:
         options["workers"] = str(job.workers)
-    if "memory_mb" in (raw.get("runtime") or {}):
+    if _sets(raw, "runtime", "memory_mb"):
         options["memory"] = str(job.runtime.memory_mb)
-    if "instance_type" in (raw.get("iaas") or {}):
+    if _sets(raw, "iaas", "instance_type"):
         options["instances"] = job.iaas.instance_type
     return options
 
 
-def manifest_options(job: JobSpec) -> dict[str, Any]:
+def _sets(raw: Mapping[str, object], part: str, name: str) -> bool:
+    """Whether the job file as written sets ``part.name``."""
+    section = raw.get(part)
+    return isinstance(section, dict) and name in section
+
+
+def manifest_options(job: JobSpec) -> dict[str, str | bool]:
     """Rows, features, classes, sparsity and shard bytes from the dataset's manifest in the job's storage.
 
     A manifest that cannot be read (no bucket reachable, no such dataset) is one line that
@@ -109,5 +116,5 @@ def apply_job(args: argparse.Namespace) -> None:
         args.sparse = True  # CSR shards: sparse timing
     if reshaped:  # the shards' bytes are of the rows and features the manifest counts, not these
         del found["dataset_bytes"]
-    for name, value in found.items():
-        _fill(args, name, value)
+    for name, figure in found.items():
+        _fill(args, name, figure)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from lambdaml.cli.follow import EXIT_ENDED_BADLY, follow_lines
 from lambdaml.cli.output import (
@@ -27,7 +27,9 @@ from lambdaml.cli.output import (
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lambdaml.runtime.machine_jobs import MachineJob
+    from lambdaml.backends.base import WorkerProgress
+    from lambdaml.runtime.heartbeat import HeartbeatRecord
+    from lambdaml.runtime.machine_jobs import MachineJob, MachineJobSummary
     from lambdaml.runtime.reports import JobResult
 
 #: How long ``status`` waits for a running job's store to answer (its heartbeats are a detail).
@@ -51,9 +53,17 @@ def here(job_id: str) -> MachineJob:
     return job
 
 
-def heartbeats_here(job: MachineJob) -> tuple[dict[str, Any] | None, str | None]:
-    """A running job's heartbeats from its store (the state record, with them); or why there are none."""
-    from lambdaml.backends.base import with_heartbeats
+class Running(TypedDict, total=False):
+    """What ``status`` adds to the record of a job that runs here: its heartbeats, or why there are none."""
+
+    heartbeats: list[HeartbeatRecord] | None
+    epochs: int | None
+    heartbeats_unavailable: str
+
+
+def heartbeats_here(job: MachineJob) -> tuple[WorkerProgress | None, str | None]:
+    """A running job's heartbeats from its store; or why there are none."""
+    from lambdaml.backends.base import worker_progress
     from lambdaml.errors import LambdaMLError
     from lambdaml.runtime import records
     from lambdaml.storage import open_storage
@@ -64,7 +74,7 @@ def heartbeats_here(job: MachineJob) -> tuple[dict[str, Any] | None, str | None]
     try:
         store = open_storage(spec)
         state = records.status(store, job.job_id)
-        return with_heartbeats(store, job.job_id, records.stored_job(store, job.job_id), state), None
+        return worker_progress(store, job.job_id, records.stored_job(store, job.job_id), state.attempt), None
     except LambdaMLError as exc:
         return None, _store_problem(job, exc)
 
@@ -81,29 +91,29 @@ def status_here(args: argparse.Namespace) -> int:
     job = here(args.job_id)
     if args.watch:
         return watch_here(args, job)
-    status = describe_here(job)
+    summary, running = describe_here(job)
     if args.output == "json":
-        print_json(status)
+        print_json({**summary, **running})
         return 0
-    show_here(job, status)
+    show_here(job, summary, running)
     return 0
 
 
-def describe_here(job: MachineJob) -> dict[str, Any]:
+def describe_here(job: MachineJob) -> tuple[MachineJobSummary, Running]:
     """What ``status`` shows of a job run here: its record and, while it runs, its heartbeats (or why not)."""
     from lambdaml.runtime import records
 
-    status: dict[str, Any] = job.summary(time.time())
+    summary, running = job.summary(time.time()), Running()
     if job.record.state == records.RUNNING:
         beats, problem = heartbeats_here(job)
-        status["heartbeats"] = None if beats is None else beats["heartbeats"]
-        status["epochs"] = job.epochs if beats is None else beats["epochs"]
+        running["heartbeats"] = None if beats is None else beats["heartbeats"]
+        running["epochs"] = job.epochs if beats is None else beats["epochs"]
         if problem:
-            status["heartbeats_unavailable"] = problem
-    return status
+            running["heartbeats_unavailable"] = problem
+    return summary, running
 
 
-def show_here(job: MachineJob, status: dict[str, Any]) -> None:
+def show_here(job: MachineJob, summary: MachineJobSummary, running: Running) -> None:
     from analytic_model.advisor import format_money, format_time
     from lambdaml.runtime.machine_jobs import shown
 
@@ -117,7 +127,7 @@ def show_here(job: MachineJob, status: dict[str, Any]) -> None:
     if job.dataset:
         what.append(f"dataset {job.dataset}")
     what.append(f"started {format_time(max(0.0, time.time() - record.created_at))} ago")
-    what.append(f"{ran} {format_time(status['duration_s'])}")
+    what.append(f"{ran} {format_time(summary['duration_s'])}")
     console.print("  " + ", ".join(what))
     if record.cost_dollars is not None:
         estimated = " (estimated from the workers' run time)" if record.cost_estimated else ""
@@ -127,10 +137,11 @@ def show_here(job: MachineJob, status: dict[str, Any]) -> None:
     if record.model_uri:
         console.print(f"  model   {record.model_uri}")
     console.print(f"  store   {job.where()}")
-    if status.get("heartbeats"):
-        console.print(status_table(status))
-    elif status.get("heartbeats_unavailable"):
-        console.print(f"  no heartbeats: {status['heartbeats_unavailable']}")
+    beats = running.get("heartbeats")
+    if beats:
+        console.print(status_table({"epochs": running.get("epochs"), "heartbeats": beats}))
+    elif running.get("heartbeats_unavailable"):
+        console.print(f"  no heartbeats: {running['heartbeats_unavailable']}")
 
 
 def watch_here(args: argparse.Namespace, job: MachineJob) -> int:
@@ -142,15 +153,15 @@ def watch_here(args: argparse.Namespace, job: MachineJob) -> int:
     last_change = time.monotonic()
     try:
         while True:
-            status = describe_here(job)
-            beats = status.get("heartbeats") or []
-            seen = (status["state"], status["updated_at"], [(h["rank"], h["epoch"]) for h in beats])
+            summary, running = describe_here(job)
+            beats = running.get("heartbeats") or []
+            seen = (summary["state"], summary["updated_at"], [(h["rank"], h["epoch"]) for h in beats])
             if seen != last_seen:
                 last_seen, last_change = seen, time.monotonic()
                 if args.output == "json":
-                    print_json_line(status)
+                    print_json_line({**summary, **running})
                 else:
-                    show_here(job, status)
+                    show_here(job, summary, running)
             state = job.record.state
             if state in records.ENDED:
                 return 0 if state == records.SUCCEEDED else EXIT_ENDED_BADLY

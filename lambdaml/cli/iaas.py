@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from lambdaml.cli.output import console, print_json
 
@@ -20,7 +19,7 @@ def cmd_iaas(args: argparse.Namespace) -> int:
 
     check_endpoint_url(args.endpoint_url, "--endpoint-url")
     job = load_job(args.job)
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, int | dict[str, str]] = {}  # what the flags change of the job file
     if args.workers is not None:
         overrides["workers"] = args.workers
     if args.instance_type is not None:

@@ -39,7 +39,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 def local_status(args: argparse.Namespace) -> int:
     """What ``local up`` recorded of a stack, and whether it still answers: where to reach it and its logs."""
-    from lambdaml.backends.stack import local_record, local_stack_names, refusing_endpoint
+    from lambdaml.platforms.aws_lambda.find import local_record, local_stack_names, refusing_endpoint
 
     record = local_record(args.name)
     if record is None:

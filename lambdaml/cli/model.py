@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lambdaml.arrays import Array
     from lambdaml.config import StorageSpec
     from lambdaml.trained import TrainedModel
+    from lambdaml.trained.metrics import Evaluation
 
 #: Rows predicted and written at a time: bounds the memory of scores and output rows.
 PREDICT_BATCH_ROWS = 65_536
@@ -51,7 +52,8 @@ def _source(args: argparse.Namespace, path: str, model: TrainedModel) -> Any:
         label_column=args.label_column,
         n_features=model.n_features if _is_libsvm(path, args.format) else None,
         sparse=model.card.data_format == "csr" and _is_libsvm(path, args.format),
-        **_parquet_options(args),
+        label=args.label,
+        features=args.features,
     )
 
 
@@ -59,10 +61,6 @@ def _is_libsvm(path: str, fmt: str | None) -> bool:
     from lambdaml.data.prepare import file_format
 
     return file_format(path, fmt) == "libsvm"
-
-
-def _parquet_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"label": args.label, "features": args.features}
 
 
 def _rows(args: argparse.Namespace, path: str, model: TrainedModel) -> tuple[Any, Array]:
@@ -238,7 +236,7 @@ def _labelled_rows(args: argparse.Namespace, test: str, model: TrainedModel) -> 
     return X, (values[y.astype(np.int64)] if values is not None and model.supervised else y)
 
 
-def print_evaluation(report: dict[str, Any]) -> None:
+def print_evaluation(report: Evaluation) -> None:
     head = f"job {report['job_id']} ({report['model']}) on {report['test']}: {plural(report['rows'], 'row')}"
     if "accuracy" not in report:
         console.print(f"{head}\nmean squared distance to the nearest centroid {report['mean_squared_distance']:.6g}")

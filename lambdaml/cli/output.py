@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -22,7 +22,9 @@ from lambdaml.interrupts import held
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from lambdaml.backends.base import WorkerProgress
     from lambdaml.data.shards import Manifest
+    from lambdaml.runtime.registry import JobSummary
     from lambdaml.runtime.reports import JobResult
 
 
@@ -327,7 +329,7 @@ def _print_advice(advice: Any, *, every: bool) -> None:
     console.print(advice.recommendation)
 
 
-def status_table(status: dict[str, Any]) -> Table:
+def status_table(status: WorkerProgress) -> Table:
     """A job's workers as their last heartbeats tell: epochs done, the last loss, the steps done of the next epoch."""
     table = new_table("workers", ("rank", "epoch", "loss", "step", "invocation"), left=0)
     for beat in status["heartbeats"]:
@@ -342,7 +344,7 @@ def status_table(status: dict[str, Any]) -> Table:
     return table
 
 
-def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
+def jobs_table(summaries: Sequence[JobSummary], *, now: float) -> Table:
     """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known
     (``~``: a job that ended without a result, its cost estimated from its workers' run time)."""
     from analytic_model.advisor import format_time
@@ -355,7 +357,7 @@ def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
             str(s["attempt"]),
             format_time(max(0.0, now - s["created_at"])),
             format_time(s["duration_s"]),
-            cost_text(s),
+            cost_text(s.get("cost_dollars"), s.get("cost_estimated")),
         )
     if any(s.get("cost_estimated") and s["cost_dollars"] is not None for s in summaries):
         # Under the table, whole: a caption would wrap to a narrow table's width.
@@ -367,30 +369,31 @@ def jobs_table(summaries: Sequence[dict[str, Any]], *, now: float) -> Table:
 ESTIMATED = "~ estimated from the workers' run time (the job ended without its bill)"
 
 
-def cost_text(record: dict[str, Any]) -> str:
+def cost_text(cost: float | None, estimated: bool | None) -> str:
     """A job record's cost: ``$0.001234``, ``~$0.000800`` for an estimate, ``-`` while unknown."""
     from analytic_model.advisor import format_money
 
-    cost = record.get("cost_dollars")
     if cost is None:
         return "-"
-    return ("~" if record.get("cost_estimated") else "") + format_money(cost)
+    return ("~" if estimated else "") + format_money(cost)
 
 
-def datasets_table(found: Sequence[dict[str, Any]]) -> Table:
-    """Datasets by name: how many versions, and the current one's rows, shards and bytes."""
+def datasets_table(found: Sequence[Mapping[str, object]]) -> Table:
+    """Datasets by name (``data.versions.datasets``): how many versions, and the current one's rows,
+    shards and bytes (None where its manifest did not read)."""
 
-    def count(value: Any) -> str:
+    def count(value: object) -> str:
         return "-" if value is None else f"{value:,}"
 
     table = new_table("datasets", ("dataset", "vers", "rows", "test", "shards", "size"))
     for d in found:
+        stored = d["bytes"]
         table.add_row(
-            d["name"],
+            str(d["name"]),
             str(d["versions"]),
             count(d["train_rows"]),
             count(d["test_rows"]),
             count(d["shards"]),
-            "-" if d["bytes"] is None else size(d["bytes"]),
+            size(stored) if isinstance(stored, int | float) else "-",
         )
     return table

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lambdaml.cli.follow import EXIT_ENDED_BADLY, follow_lines
 from lambdaml.cli.here import cancel_here, jobs_here, logs_here, status_here
@@ -28,9 +28,12 @@ from lambdaml.cli.output import (
 from lambdaml.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lambdaml.backends.stack import LogLine, StackBackend
+    from lambdaml.backends.base import WorkerProgress
+    from lambdaml.backends.stack import StackBackend
     from lambdaml.channels import Channel
+    from lambdaml.platforms.base import LogLine
     from lambdaml.runtime.registry import JobRegistry
+    from lambdaml.runtime.status import JobStatus
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -41,28 +44,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     backend = StackBackend(resolve_stack(args.stack))
     if args.watch:
         return watch_status(backend, args)
-    show_status(args.job_id, backend.status(args.job_id), args.output)
+    show_status(args.job_id, *backend.status(args.job_id), args.output)
     return 0
 
 
-def show_status(job_id: str, status: dict[str, Any], output: str, *, lines: bool = False) -> None:
-    """A job's state and heartbeats: a table, one JSON document, or (``lines``) one JSON line."""
+def show_status(job_id: str, record: JobStatus, workers: WorkerProgress, output: str, *, lines: bool = False) -> None:
+    """A job's state and heartbeats: a table, one JSON document (the state record as stored, and its
+    workers' progress), or (``lines``) one JSON line."""
     if output == "json":
-        (print_json_line if lines else print_json)(status)
+        (print_json_line if lines else print_json)({**record.to_json(), **workers})
         return
-    cost = f"; cost {cost_text(status)}" if status.get("cost_dollars") is not None else ""
-    if cost and status.get("cost_estimated"):
+    cost = f"; cost {cost_text(record.cost_dollars, record.cost_estimated)}" if record.cost_dollars is not None else ""
+    if cost and record.cost_estimated:
         cost += ", estimated from the workers' run time"
-    console.print(
-        f"job {job_id}: {status.get('state')}" + (f" ({status['error']})" if "error" in status else "") + cost
-    )
-    if status["heartbeats"]:
-        console.print(status_table(status))
+    console.print(f"job {job_id}: {record.state}" + (f" ({record.error})" if "error" in record else "") + cost)
+    if workers["heartbeats"]:
+        console.print(status_table(workers))
 
 
 def watch_status(backend: StackBackend, args: argparse.Namespace) -> int:
     """Show the status each time it changes, until the job ends; bounded like ``watch`` when nothing moves."""
-    from lambdaml.backends.base import known_state, with_heartbeats
+    from lambdaml.backends.base import known_state, worker_progress
     from lambdaml.runtime import records
 
     store = backend.store()  # one client, and the spec read once, for every look
@@ -73,11 +75,11 @@ def watch_status(backend: StackBackend, args: argparse.Namespace) -> int:
     try:
         while True:
             record = records.status(store, args.job_id)
-            status = with_heartbeats(store, args.job_id, job, record)
-            seen = (record.state, record.updated_at, [(h["rank"], h["epoch"]) for h in status["heartbeats"]])
+            workers = worker_progress(store, args.job_id, job, record.attempt)
+            seen = (record.state, record.updated_at, [(h["rank"], h["epoch"]) for h in workers["heartbeats"]])
             if seen != last_seen:
                 last_seen, last_change = seen, time.monotonic()
-                show_status(args.job_id, status, args.output, lines=True)
+                show_status(args.job_id, record, workers, args.output, lines=True)
             state = record.state
             if state in records.ENDED:
                 return 0 if state == records.SUCCEEDED else EXIT_ENDED_BADLY
@@ -197,7 +199,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     """A job's worker lines, by time, each with its rank (a stack's from CloudWatch Logs); --follow to its end."""
     if args.stack is None:
         return logs_here(args)
-    from lambdaml.backends.stack import job_logs, job_of, resolve_stack, stack_store, status_of
+    from lambdaml.backends.stack import resolve_stack, stack_store
+    from lambdaml.backends.stack_watch import job_of, status_of
 
     stack = resolve_stack(args.stack)
     store = stack_store(stack)
@@ -206,7 +209,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     seen: set[str] = set()
 
     def new_lines() -> list[LogLine]:
-        fresh = [line for line in job_logs(stack, args.job_id) if line.event_id not in seen]
+        fresh = [line for line in stack.job_logs(args.job_id) if line.event_id not in seen]
         seen.update(line.event_id for line in fresh)
         return fresh
 

@@ -10,6 +10,7 @@ built-in one, and refuses another algorithm's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Self, cast
 
 from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
@@ -71,7 +72,7 @@ def _named_model(cls: type[AlgorithmSpec], data: object) -> type[AlgorithmSpec]:
 _FLAT_SPEC_FIELDS = frozenset({"rho", "l1", "local_epochs", "warmup_steps", "gamma"})
 
 
-def _without_others_fields(model: type[AlgorithmSpec], data: dict[str, Any]) -> dict[str, Any]:
+def _without_others_fields(model: type[AlgorithmSpec], data: Mapping[str, object]) -> dict[str, object]:
     return {key: value for key, value in data.items() if key in model.model_fields or key not in _FLAT_SPEC_FIELDS}
 
 

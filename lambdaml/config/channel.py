@@ -11,6 +11,7 @@ the same way share.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
@@ -98,7 +99,7 @@ _FLAT_SPEC_FIELDS: dict[str, object] = {
 _SECURING = {"auth": "auth", "tls": "tls", "tls_ca_file": "tls"}
 
 
-def _without_others_fields(model: type[ChannelSpec], data: dict[str, Any]) -> dict[str, Any]:
+def _without_others_fields(model: type[ChannelSpec], data: Mapping[str, object]) -> dict[str, object]:
     kind = data.get("kind", model.model_fields["kind"].default)
     for key, default in _FLAT_SPEC_FIELDS.items():
         if key not in model.model_fields and key in data and data[key] != default:

@@ -40,9 +40,9 @@ def read_job_file(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not valid {kind} ({problem})") from None
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A JSON object, refusing a key given twice (json.loads would keep the last silently)."""
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for key, value in pairs:
         if key in data:
             raise ValueError(f"duplicate key {key!r}")

@@ -19,15 +19,16 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 
 from lambdaml import aws, settings
-from lambdaml.backends.stack import local_record, record_path, refusing_endpoint
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.local import artifacts, services
+from lambdaml.platforms.aws_lambda.find import local_record, record_path, refusing_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_BUCKET = "lambdaml-local-code"
@@ -37,6 +38,40 @@ CREATE_TIMEOUT_S = 120.0
 LOCAL_PARAMETERS = {"ChannelCache": "None"}
 ACCOUNT_CONCURRENCY = 1000  # AWS's default quota of concurrent executions per region
 TORCH_IMAGE = "lambdaml-local/torch-worker:latest"  # stands in for the ECR image; never pulled
+
+
+class FunctionEntry(TypedDict):
+    """One of the stack's functions as the local Lambda service runs it (``FunctionConfig``'s settings)."""
+
+    logical: str  # its logical id in the template
+    name: str
+    timeout_s: float
+    memory_mb: int
+    reserved_concurrency: int | None
+    architecture: str
+    description: str
+    log_group: str
+    environment: dict[str, str]
+    handler: str
+    image: NotRequired[bool]  # the image function: run from the torch worker's environment
+    code: NotRequired[str]  # a zip function: its folder in the ``sam build`` output
+    code_dir: NotRequired[str]  # where it runs from, once placed
+    layers: NotRequired[list[str]]
+
+
+class LocalStackRecord(TypedDict):
+    """What ``lambdaml local up`` records of a stack (``~/.lambdaml/stacks/NAME.json``)."""
+
+    name: str
+    region: str
+    endpoints: dict[str, str]  # service -> loopback URL: s3, dynamodb, cloudformation, logs, lambda
+    outputs: dict[str, str]  # what the template's outputs would say of a local cache
+    functions: list[FunctionEntry]
+    runtime_dir: str
+    cache: str
+    account_concurrency: int
+    pids: list[int]
+    workdir: str
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -54,7 +89,8 @@ def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 _CfnLoader.add_multi_constructor("!", _tag)
 
 
-def _translate(template: Path, parameters: dict[str, str], out: Path) -> dict[str, Any]:
+def _translate(template: Path, parameters: dict[str, str], out: Path) -> str:
+    """The template as CloudFormation JSON, translated by the SAM translator."""
     translator = ROOT / ".venv-sam" / "bin" / "python"
     if not translator.exists():
         raise ConfigError("the SAM translator is missing: run 'make sam-env' first")
@@ -65,8 +101,7 @@ def _translate(template: Path, parameters: dict[str, str], out: Path) -> dict[st
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise ConfigError(f"cannot translate {template}: {done.stderr.strip().splitlines()[-1:]}")
-    translated: dict[str, Any] = json.loads(out.read_text())
-    return translated
+    return out.read_text()
 
 
 def _code_zip() -> bytes:
@@ -82,11 +117,14 @@ class _Template:
     """The template's values as CloudFormation resolves them for one stack: parameters, conditions, resources."""
 
     def __init__(self, sam: dict[str, Any], parameters: dict[str, str], resources: dict[str, str]) -> None:
-        self.sam = sam
+        self.sam = sam  # the template as YAML reads it, short tags as ``{tag: argument}``
         self.parameters = {k: str(v.get("Default", "")) for k, v in sam.get("Parameters", {}).items()}
         self.parameters.update(parameters)
-        self.conditions: dict[str, Any] = sam.get("Conditions", {})
         self.resources = resources  # logical id -> physical id
+
+    def condition(self, name: str) -> bool:
+        """Whether the template's condition ``name`` holds."""
+        return self.holds(self.sam["Conditions"][name])
 
     def resolve(self, value: Any) -> Any:
         """A property's value (None for ``AWS::NoValue`` or a value only another stack could have)."""
@@ -98,7 +136,7 @@ class _Template:
                 return self.parameters[arg] if arg in self.parameters else self.resources.get(arg)
             if tag == "If":
                 name, when_true, when_false = arg
-                return self.resolve(when_true if self.holds(self.conditions[name]) else when_false)
+                return self.resolve(when_true if self.condition(name) else when_false)
             if tag == "GetAtt":
                 return None  # only under conditions the local stack does not meet (ElastiCache)
         return value
@@ -116,13 +154,13 @@ class _Template:
         if tag == "Or":
             return any(self.holds(a) for a in arg)
         if tag == "Condition":
-            return self.holds(self.conditions[arg])
+            return self.condition(arg)
         raise ConfigError(f"the local stack cannot evaluate a condition with {tag}")
 
     def function(self, logical: str) -> dict[str, Any] | None:
         """One function's properties over the template's Globals, or None if its condition is false."""
         resource = self.sam["Resources"][logical]
-        if "Condition" in resource and not self.holds(self.conditions[resource["Condition"]]):
+        if "Condition" in resource and not self.condition(resource["Condition"]):
             return None
         defaults = self.sam.get("Globals", {}).get("Function", {})
         props = {**defaults, **resource["Properties"]}
@@ -148,8 +186,8 @@ FUNCTIONS = (
 
 
 def function_configs(
-    template: Path, outputs: dict[str, str], overrides: dict[str, Any], resources: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
+    template: Path, outputs: dict[str, str], overrides: Mapping[str, object], resources: dict[str, str] | None = None
+) -> list[FunctionEntry]:
     """The template's functions as the local Lambda service needs them (plain data), from their artifacts.
 
     Zip functions run from their ``sam build`` directory; the image function (the torch worker,
@@ -164,7 +202,8 @@ def function_configs(
             continue
         reserved = values.resolve(props.get("ReservedConcurrentExecutions"))
         group = values.resolve(props.get("LoggingConfig", {}).get("LogGroup"))
-        config: dict[str, Any] = {
+        image = props.get("PackageType") == "Image"
+        config: FunctionEntry = {
             "logical": logical,
             "name": outputs[output],
             "timeout_s": float(values.resolve(props.get("Timeout", 3))),
@@ -174,11 +213,13 @@ def function_configs(
             "description": str(props.get("Description", "")),
             "log_group": str(group or ""),
             "environment": {k: "" if v is None else str(v) for k, v in props["Environment"].items()},
+            # The image function's handler is its Dockerfile's CMD.
+            "handler": "worker.app.handler" if image else props["Handler"],
         }
-        if props.get("PackageType") == "Image":
-            config.update(handler="worker.app.handler", image=True)  # the Dockerfile's CMD
+        if image:
+            config["image"] = True
         else:
-            config.update(handler=props["Handler"], code=logical)
+            config["code"] = logical
         configs.append(config)
     return configs
 
@@ -193,7 +234,7 @@ def up(
     torch: bool = False,
     build_dir: Path | None = None,
     port: int | None = None,
-) -> dict[str, Any]:
+) -> LocalStackRecord:
     """Start moto, the Lambda service and a cache; create the template's stack; record it.
 
     The functions run from their artifacts (``artifacts``): ``build_dir`` is a ``sam build``
@@ -234,7 +275,7 @@ def up(
         cloudformation = aws.client("cloudformation", endpoint_url=moto.url)
         cloudformation.create_stack(
             StackName=name,
-            TemplateBody=json.dumps(translated),
+            TemplateBody=json.dumps(json.loads(translated)),
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in stack_parameters.items()],
         )
@@ -245,7 +286,7 @@ def up(
             cache_service = services.start_channel_server(cache, log_path=workdir / f"{cache}.log")
             started.append(cache_service)
             extra.update(CacheEndpoint=f"127.0.0.1:{cache_service.port}", CacheKind=cache)  # as the template's
-        record: dict[str, Any] = {
+        record: LocalStackRecord = {
             "name": name,
             "region": "us-east-1",
             "endpoints": {"s3": moto.url, "dynamodb": moto.url, "cloudformation": moto.url, "logs": moto.url},
@@ -277,18 +318,18 @@ def up(
     return record
 
 
-def _placed(configs: list[dict[str, Any]], built: Path, torch_env: tuple[Path, Path] | None) -> list[dict[str, Any]]:
+def _placed(configs: list[FunctionEntry], built: Path, torch_env: tuple[Path, Path] | None) -> list[FunctionEntry]:
     """Each function's code folder (and layers): its build directory, or the torch worker's environment."""
     for config in configs:
         if config.pop("image", False):
             if torch_env is None:
                 raise ConfigError("the stack has a torch worker, but no environment for it: use --torch")
-            config.update(code_dir=str(torch_env[0]), layers=[str(torch_env[1])])
+            config["code_dir"], config["layers"] = str(torch_env[0]), [str(torch_env[1])]
         else:
             code = built / config.pop("code")
             if not (code / config["handler"].rsplit(".", 2)[0]).is_dir():
                 raise ConfigError(f"{code} holds no {config['handler']!r}: is {built} a sam build of this template?")
-            config.update(code_dir=str(code), layers=[])
+            config["code_dir"], config["layers"] = str(code), []
     return configs
 
 
@@ -329,7 +370,7 @@ def serve(config_path: Path, port: int) -> None:
     """Run the local Lambda service for a stack until terminated (``lambdaml local up`` starts this)."""
     from lambdaml.local.lambda_service import FunctionConfig, LambdaService
 
-    record = json.loads(config_path.read_text())
+    record: LocalStackRecord = json.loads(config_path.read_text())
     moto = record["endpoints"]["s3"]
     names = {f["logical"]: f["name"] for f in record["functions"]}
     # What differs from AWS: the endpoints, and the local cache standing in for ElastiCache.

@@ -39,7 +39,7 @@ class ModelCard:
     def name(self) -> str:
         return str(self.model.get("name", ""))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod

@@ -17,7 +17,7 @@ import os
 import threading
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -123,18 +123,12 @@ class TorchModel(Model):
     def build(cls, spec: ModelSpec, manifest: Manifest) -> Model:
         if manifest.format != "dense":
             raise ConfigError(f"model {cls.name!r} needs dense rows; dataset {manifest.name!r} is {manifest.format}")
-        return cls(
-            manifest.n_features,
-            n_classes=manifest.n_classes,
-            sample_shape=manifest.sample_shape,
-            l2=spec.l2,
-            **cls._spec_options(spec),
-        )
+        return cls._built(spec, manifest)
 
     @classmethod
-    def _spec_options(cls, spec: ModelSpec) -> dict[str, Any]:
-        """Constructor options a subclass takes from the job's model spec."""
-        return {}
+    def _built(cls, spec: ModelSpec, manifest: Manifest) -> Model:
+        """The network for the job's model spec; one with options of its own passes them too."""
+        return cls(manifest.n_features, n_classes=manifest.n_classes, sample_shape=manifest.sample_shape, l2=spec.l2)
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         """Reject a sample shape the architecture cannot take (raise ``ConfigError``)."""
@@ -261,8 +255,11 @@ class MLP(TorchModel):
         super().__init__(n_features, n_classes=n_classes, sample_shape=sample_shape, l2=l2)
 
     @classmethod
-    def _spec_options(cls, spec: ModelSpec) -> dict[str, Any]:
-        return {"hidden": list(spec.hidden)}
+    def _built(cls, spec: ModelSpec, manifest: Manifest) -> Model:
+        return cls(
+            manifest.n_features, n_classes=manifest.n_classes, hidden=list(spec.hidden),
+            sample_shape=manifest.sample_shape, l2=spec.l2,
+        )  # fmt: skip
 
     def _make_module(self) -> nn.Module:
         layers: list[nn.Module] = [nn.Flatten()]
@@ -324,8 +321,11 @@ class MobileNet(_ImageModel):
         super().__init__(n_features, n_classes=n_classes, sample_shape=sample_shape, l2=l2)
 
     @classmethod
-    def _spec_options(cls, spec: ModelSpec) -> dict[str, Any]:
-        return {"width_mult": spec.width}
+    def _built(cls, spec: ModelSpec, manifest: Manifest) -> Model:
+        return cls(
+            manifest.n_features, n_classes=manifest.n_classes, sample_shape=manifest.sample_shape, l2=spec.l2,
+            width_mult=spec.width,
+        )  # fmt: skip
 
     def _width(self, channels: int) -> int:
         return max(8, round(channels * self.width_mult / 8) * 8)
@@ -397,8 +397,11 @@ class ResNet18(_ImageModel):
         super().__init__(n_features, n_classes=n_classes, sample_shape=sample_shape, l2=l2)
 
     @classmethod
-    def _spec_options(cls, spec: ModelSpec) -> dict[str, Any]:
-        return {"width": max(1, round(64 * spec.width))}
+    def _built(cls, spec: ModelSpec, manifest: Manifest) -> Model:
+        return cls(
+            manifest.n_features, n_classes=manifest.n_classes, sample_shape=manifest.sample_shape, l2=spec.l2,
+            width=max(1, round(64 * spec.width)),
+        )  # fmt: skip
 
     def _make_module(self) -> nn.Module:
         w = self.width

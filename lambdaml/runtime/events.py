@@ -1,10 +1,10 @@
-"""The events the Lambda functions receive, typed: parsed once at the handler, written from the type.
+"""The events a stack's functions receive from this side and from each other, typed: parsed once at the
+handler, written from the type.
 
-Three kinds reach the functions: the coordinator's (start, resume, cancel or report on a job),
-a worker's (train one rank of one attempt), and the record Lambda sends the coordinator, as
-the workers' on-failure destination, when it has given up on a worker event. Their JSON is the
-wire format between the client, the coordinator and the workers; a malformed one is one
-ConfigError.
+Two kinds: the coordinator's (start, resume, cancel or report on a job) and a worker's (train one
+rank of one attempt). Their JSON is the wire format between the client, the coordinator and the
+workers; a malformed one is one ConfigError. What the platform itself sends (Lambda's record of a
+worker it gave up on) is the platform package's (``lambdaml.platforms.aws_lambda.failures``).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class WorkerEvent:
             raise ConfigError(f"{what} is malformed: {' '.join(str(exc).split())}") from None
 
     def next_invocation(self) -> WorkerEvent:
-        """The same rank's next invocation: a continuation, or a resume after Lambda gave up."""
+        """The same rank's next invocation: a continuation, or a resume after the platform gave up on it."""
         return replace(self, invocation=self.invocation + 1)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,29 +115,6 @@ class WorkerEvent:
             "worker_function": self.worker_function,
             "seal_key": self.secret.hex() if self.secret is not None else None,
         }
-
-
-@dataclass(frozen=True)
-class WorkerGaveUp:
-    """Lambda's on-failure record for a worker event it retried and gave up on:
-    ``{"requestContext", "requestPayload": <worker event>, "responsePayload"?: {"errorType", "errorMessage"}}``."""
-
-    request: WorkerEvent
-    error_type: str = ""
-    error_message: str = ""
-
-    @staticmethod
-    def describes(data: Any) -> bool:
-        """Whether an event the coordinator received is such a record, not a request of its own."""
-        return isinstance(data, dict) and "requestPayload" in data and "requestContext" in data
-
-    @classmethod
-    def from_json(cls, data: Any) -> WorkerGaveUp:
-        request = WorkerEvent.from_json(data["requestPayload"], "failed worker event")
-        response = data.get("responsePayload")  # the worker's error, where it returned one
-        if not isinstance(response, dict):
-            return cls(request)
-        return cls(request, str(response.get("errorType", "")), str(response.get("errorMessage", "")))
 
 
 def _text(data: Mapping[str, object], name: str) -> str | None:

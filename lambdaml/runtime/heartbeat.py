@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ParamSpec
+from typing import Any, NotRequired, ParamSpec, TypedDict
 
 from lambdaml import keys
 from lambdaml.channels import Channel
@@ -27,6 +27,22 @@ log = logging.getLogger(__name__)
 #: container's invocations share it), started at the first beat. One thread keeps a rank's
 #: records in the order they were made.
 _RECORDER = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+
+
+class HeartbeatRecord(TypedDict):
+    """A rank's heartbeat record (``jobs/ID/aNNNN/heartbeats/pNNNNN.json``): where it is, and its epochs so far."""
+
+    rank: int
+    epoch: int  # epochs done
+    loss: float | None  # the last epoch's, and when it ended
+    elapsed_s: float | None
+    step: int  # steps done of the next epoch, of ``steps``
+    steps: int
+    epochs: NotRequired[list[list[float]]]  # [epoch, loss, elapsed_s] each; a status leaves them out
+    invocation: int
+    state: str
+    at: float
+
 
 #: Called after every epoch with (rank, epoch, mean loss, seconds since start).
 EpochCallback = Callable[[int, int, float, float], None]
@@ -127,7 +143,7 @@ class Heartbeat:
         epochs = self._epochs or []
         epoch, step, steps = self._at
         last = epochs[-1] if epochs and epochs[-1][0] == epoch else None
-        record: dict[str, Any] = {
+        record: HeartbeatRecord = {
             "rank": rank,
             "epoch": epoch,
             "loss": last[1] if last else None,

@@ -20,11 +20,11 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Literal, TypedDict
 
 from lambdaml import keys
 from lambdaml.config import JobSpec, StorageSpec
-from lambdaml.cost import ec2_cost
+from lambdaml.cost import JobCost, ec2_cost
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import LambdaMLError
 from lambdaml.runtime import records
@@ -41,7 +41,39 @@ log = logging.getLogger(__name__)
 STEPS_EVERY_S = 1.0
 
 
-def cluster_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
+class EpochLine(TypedDict):
+    kind: Literal["epoch"]
+    rank: int
+    epoch: int
+    loss: float
+    elapsed_s: float
+
+
+class StepsLine(TypedDict):
+    kind: Literal["steps"]
+    rank: int
+    epoch: int
+    step: int
+    steps: int
+
+
+class DoneLine(TypedDict):
+    kind: Literal["done"]
+    rank: int
+
+
+class ErrorLine(TypedDict):
+    kind: Literal["error"]
+    rank: int
+    type: str  # the error's class, or "crash", "interrupted"
+    message: str
+
+
+#: A line of a rank's events file: an epoch ended, steps done, the rank done, or its error.
+RankEvent = EpochLine | StepsLine | DoneLine | ErrorLine
+
+
+def cluster_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
     """One instance per worker, for the run's wall time (the ``Backend.cost`` of IaaS)."""
     return ec2_cost(job.iaas.instance_type, job.workers, wall_s, job.storage.region)
 
@@ -129,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _emit(events: IO[str] | None, record: dict[str, Any]) -> None:
+def _emit(events: IO[str] | None, record: RankEvent) -> None:
     if events is not None:
         events.write(json.dumps(record) + "\n")
 

@@ -23,7 +23,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,7 +35,7 @@ from lambdaml.config import JobSpec, StorageSpec
 from lambdaml.errors import CodecError, ConfigError, LambdaMLError
 from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
-from lambdaml.runtime.registry import JobRecord, JobRegistry, malformed
+from lambdaml.runtime.registry import JobRecord, JobRegistry, JobSummary, malformed
 from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.status import ending_stands
 
@@ -161,7 +161,7 @@ class MachineJob:
             raise ConfigError(f"{shown(path)} is unreadable: {exc}") from None
         return JobResult.from_json(data, shown(path))
 
-    def summary(self, now: float) -> dict[str, Any]:
+    def summary(self, now: float) -> MachineJobSummary:
         """What ``jobs --output json`` prints of it: the registry's fields, then this machine's."""
         return {
             **self.record.summary(now),
@@ -173,6 +173,18 @@ class MachineJob:
             "pid": self.pid,
             "folder": str(self.folder),
         }
+
+
+class MachineJobSummary(JobSummary):
+    """A job run here as ``jobs --output json`` prints it: the registry's fields, then this machine's."""
+
+    name: str | None
+    backend: str | None
+    dataset: str | None
+    storage: dict[str, object] | None  # bucket, endpoint_url, region
+    result_path: str | None
+    pid: int | None
+    folder: str
 
 
 class MachineRegistry(JobRegistry):
@@ -189,7 +201,7 @@ class MachineRegistry(JobRegistry):
     def save(self, record: JobRecord) -> None:
         """Write a job's registry fields, unless a later attempt's record, or an ending of this attempt, is there."""
 
-        def update(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        def update(current: dict[str, object] | None) -> dict[str, object] | None:
             recorded = _recorded(record.job_id, current)
             if recorded is not None and not _replaces(record, recorded):
                 log.debug("job %s: a newer record is in %s", record.job_id, self.root)
@@ -261,8 +273,9 @@ class MachineRegistry(JobRegistry):
     def pages(self) -> Iterator[list[JobRecord]]:
         yield [job.record for job in self.jobs()]
 
-    def _update(self, job_id: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
-        """Read, change and replace a job's record whole, under its folder's lock."""
+    def _update(self, job_id: str, change: Callable[[dict[str, object] | None], dict[str, object] | None]) -> None:
+        """Read, change and replace a job's record whole, under its folder's lock (as JSON: the fields
+        another version wrote are kept)."""
         folder = self.folder(job_id)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / RECORD_FILE
@@ -281,7 +294,7 @@ class MachineRegistry(JobRegistry):
                 _write_whole(path, json.dumps(changed, indent=1, sort_keys=True))
 
 
-def _recorded(job_id: str, current: dict[str, Any] | None) -> JobRecord | None:
+def _recorded(job_id: str, current: Mapping[str, object] | None) -> JobRecord | None:
     """The registry's fields of a record file's content; None for details only, so far (or a malformed record,
     which a write replaces)."""
     if current is None or "state" not in current:

@@ -15,15 +15,15 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, parse_job
 from lambdaml.errors import CodecError, ConfigError, JobCancelled, KeyNotFound
 from lambdaml.runtime.checkpoint import periodic_rounds
-from lambdaml.runtime.registry import BucketRegistry, JobRecord, JobRegistry
+from lambdaml.runtime.registry import BucketRegistry, JobRecord, JobRegistry, JobSummary
 from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.status import CANCELLED as CANCELLED
 from lambdaml.runtime.status import ENDED as ENDED
@@ -43,6 +43,23 @@ class ResumePoint:
     round: int
 
 
+class ResumeJson(TypedDict):
+    attempt: int
+    round: int
+
+
+class AttemptJson(TypedDict):
+    """An attempt's claim as stored (``attempts/aNNNN.json``)."""
+
+    job_id: str
+    number: int
+    dataset_version: str
+    started_at: float
+    resume: ResumeJson | None
+    nonce: str
+    earlier_s: float
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One run of a job, as claimed in ``attempts/aNNNN.json``."""
@@ -55,8 +72,17 @@ class Attempt:
     nonce: str = ""  # tells this attempt's claim from another's with the same number
     earlier_s: float = 0.0  # how long the job's earlier attempts ran, together
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> AttemptJson:
+        resume = self.resume
+        return {
+            "job_id": self.job_id,
+            "number": self.number,
+            "dataset_version": self.dataset_version,
+            "started_at": self.started_at,
+            "resume": None if resume is None else {"attempt": resume.attempt, "round": resume.round},
+            "nonce": self.nonce,
+            "earlier_s": self.earlier_s,
+        }
 
     @classmethod
     def from_json(cls, data: Any, what: str = "attempt record") -> Attempt:
@@ -192,7 +218,7 @@ def finish(store: Channel, attempt: Attempt, result: JobResult) -> None:
         raise JobCancelled(f"job {attempt.job_id} was {standing} as it finished; its model is not used")
 
 
-def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
+def job_summaries(registry: JobRegistry, *, now: float | None = None, state: str | None = None) -> list[JobSummary]:
     """Every job's record, newest first, with its duration so far: what ``jobs --output json`` prints."""
     now = time.time() if now is None else now
     return [record.summary(now) for record in registry.newest_first(state)]

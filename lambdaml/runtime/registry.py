@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -120,14 +120,46 @@ class JobRecord:
             return None
         return self.finished_at or self.updated_at
 
-    def summary(self, now: float) -> dict[str, Any]:
+    def summary(self, now: float) -> JobSummary:
         """The record with when it ended and its duration so far: what ``jobs --output json`` prints."""
         ended = self.ended_at
         return {
-            **asdict(self),
+            "job_id": self.job_id,
+            "state": self.state,
+            "attempt": self.attempt,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "finished_at": self.finished_at,
+            "spec_hash": self.spec_hash,
+            "workers": self.workers,
+            "result_key": self.result_key,
+            "model_uri": self.model_uri,
+            "cost_dollars": self.cost_dollars,
+            "cost_estimated": self.cost_estimated,
+            "error": self.error,
             "ended_at": ended,
             "duration_s": max(0.0, (now if ended is None else ended) - self.created_at),
         }
+
+
+class JobSummary(TypedDict):
+    """A job as ``jobs --output json`` prints it: its record's fields, when it ended and how long it ran."""
+
+    job_id: str
+    state: str
+    attempt: int
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    spec_hash: str | None
+    workers: int | None
+    result_key: str | None
+    model_uri: str | None
+    cost_dollars: float | None
+    cost_estimated: bool
+    error: str | None
+    ended_at: float | None
+    duration_s: float
 
 
 class JobRegistry(ABC):
@@ -206,18 +238,16 @@ class TableRegistry(JobRegistry):
             )  # fmt: skip
 
     def pages(self) -> Iterator[list[JobRecord]]:
-        start: dict[str, Any] | None = None
+        start: dict[str, dict[str, str]] | None = None  # the last key a page read: {"job_id": {"S": ...}, ...}
         while True:
-            request: dict[str, Any] = {
-                "TableName": self.table,
-                "Limit": self.page_size,
-                "FilterExpression": "#item = :record",
-                "ExpressionAttributeNames": {"#item": "item"},
-                "ExpressionAttributeValues": {":record": {"S": RECORD_ITEM}},
-            }
-            if start:
-                request["ExclusiveStartKey"] = start
-            answer = self.client.scan(**request)
+            answer = self.client.scan(
+                TableName=self.table,
+                Limit=self.page_size,
+                FilterExpression="#item = :record",
+                ExpressionAttributeNames={"#item": "item"},
+                ExpressionAttributeValues={":record": {"S": RECORD_ITEM}},
+                **({"ExclusiveStartKey": start} if start else {}),
+            )
             records = []
             for item in answer.get("Items", []):
                 try:

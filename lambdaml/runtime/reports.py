@@ -8,8 +8,9 @@ has (None, and left out of the JSON), ``FLAT`` writes a nested record's fields i
 parent's object. A field with a default may be missing when read: results written by earlier
 versions lack what was added since, and keys no record knows (a removed figure) are ignored.
 
-Two parts stay JSON objects: the job's spec (its job file, read with ``parse_job``; an older
-result's spec need not parse today) and its cost (``lambdaml.cost``: Lambda and channel, or EC2).
+Two parts stay JSON objects, checked only to be objects: the job's spec (its job file, read with
+``parse_job``; an older result's spec need not parse today) and its cost (``lambdaml.cost.JobCost``:
+Lambda and channel, or EC2; an older result's may lack a part).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Self, Union, get_args, get_origin, get_type_hints
+from typing import Any, Self, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from lambdaml.cost import Invocation
+from lambdaml.cost import Invocation, JobCost
 from lambdaml.errors import CodecError, ConfigError, brief
 
 OPTIONAL = {"optional": True}  # a part a record may lack: None, and then left out of its JSON
@@ -40,7 +41,8 @@ def _key(f: Any) -> str:
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
+    """The type of each of a record's fields (a class, or a form such as ``float | None``)."""
     return get_type_hints(cls)
 
 
@@ -58,8 +60,8 @@ def _keys(cls: type) -> frozenset[str]:
     )
 
 
-def _write(record: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _write(record: Any) -> dict[str, object]:
+    out: dict[str, object] = {}
     for f in fields(record):
         value = getattr(record, f.name)
         if value is None and f.metadata.get("optional"):
@@ -109,7 +111,7 @@ def _value(hint: Any, value: Any, what: str, path: str) -> Any:
     if origin is tuple:
         items = _checked(list, "a list", value, what, path)
         return tuple(_value(get_args(hint)[0], item, what, f"{path}[{i}]") for i, item in enumerate(items))
-    if origin is dict:
+    if origin is dict or is_typeddict(hint):  # a section kept as its JSON (a result's cost)
         return _checked(dict, "an object", value, what, path)
     if isinstance(hint, type) and is_dataclass(hint):
         return _read(hint, value, what, path)
@@ -368,7 +370,7 @@ class JobResult(Record):
     majority_accuracy: float | None = None
     test_loss: float | None = None
     workers: tuple[WorkerRow, ...]
-    cost: dict[str, Any]  # lambdaml.cost's pricing: Lambda and channel, or EC2
+    cost: JobCost  # lambdaml.cost's pricing: Lambda and channel, or EC2
     invocations: tuple[int, ...] | None = field(default=None, metadata=OPTIONAL)  # on Lambda: per rank
     pattern: str | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
     predicted_round_s: float | None = field(default=None, metadata=OPTIONAL)

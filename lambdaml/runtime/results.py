@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import JobSpec
-from lambdaml.cost import ec2_cost, job_cost, lambda_seconds_cost
+from lambdaml.cost import JobCost, ec2_cost, job_cost, lambda_seconds_cost
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import CodecError, ConfigError, LambdaMLError
 from lambdaml.runtime.records import Attempt
@@ -35,10 +35,10 @@ from lambdaml.storage import decode_json
 log = logging.getLogger(__name__)
 
 #: Prices a run from its job, per-worker records and wall time (``Backend.cost``).
-CostFunction = Callable[[JobSpec, Sequence[WorkerRow], float], dict[str, Any]]
+CostFunction = Callable[[JobSpec, Sequence[WorkerRow], float], JobCost]
 
 
-def lambda_job_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> dict[str, Any]:
+def lambda_job_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
     """Lambda GB-seconds of the workers' billed invocations plus their channel's requests."""
     return job_cost(job.channel.kind, total_traffic(workers), billed(workers), wall_s, job.storage.region)
 
@@ -72,9 +72,14 @@ def run_time_cost(job: JobSpec, seconds: float, backend: str, *, memory_mb: int 
     return lambda_seconds_cost(seconds, job.workers, memory_mb or job.runtime.memory_mb, job.storage.region)
 
 
-def estimated_cost_fields(
-    job: JobSpec, seconds: float, backend: str, *, memory_mb: int | None = None
-) -> dict[str, Any]:
+class EstimatedCost(TypedDict, total=False):
+    """The state record's cost fields of a job that ended without a result (none where it cannot be priced)."""
+
+    cost_dollars: float
+    cost_estimated: bool
+
+
+def estimated_cost_fields(job: JobSpec, seconds: float, backend: str, *, memory_mb: int | None = None) -> EstimatedCost:
     """The state record's cost of a job that ended without a result (failed, cancelled, interrupted):
     estimated from its run time, and said to be; nothing where it cannot be priced."""
     try:

@@ -8,7 +8,7 @@ centroid. Plain numpy, so the command line needs no scikit-learn.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -19,7 +19,31 @@ from lambdaml.trained.model import TrainedModel
 LOSS_NAMES = {"lr": "log loss", "softmax": "log loss", "svm": "hinge loss", "multiclass_svm": "hinge loss"}
 
 
-def evaluate(model: TrainedModel, X: Any, y: Any) -> dict[str, Any]:
+#: A class's figures: its label as the file named it, precision, recall, F1 and support (``class``
+#: is a keyword: the functional form).
+ClassFigures = TypedDict(
+    "ClassFigures", {"class": int | float, "precision": float, "recall": float, "f1": float, "support": int}
+)
+
+
+class Evaluation(TypedDict):
+    """What ``lambdaml model evaluate`` prints: a clustering's distance, or a classifier's figures."""
+
+    model: str
+    job_id: str
+    rows: int
+    mean_squared_distance: NotRequired[float]  # a clustering's, to the nearest centroid
+    accuracy: NotRequired[float]
+    loss_name: NotRequired[str]
+    loss: NotRequired[float]
+    classes: NotRequired[list[int | float]]  # as the file named them
+    confusion: NotRequired[list[list[int]]]  # rows: true class, columns: predicted
+    roc_auc: NotRequired[float | None]  # two classes
+    per_class: NotRequired[list[ClassFigures]]  # more
+    test: NotRequired[str]  # what it was evaluated on, as the command names it
+
+
+def evaluate(model: TrainedModel, X: Any, y: Any) -> Evaluation:
     """Every figure of ``model`` on ``(X, y)``, as a JSON-ready dict; labels are the file's own values."""
     features = model.features(X)
     rows = int(features.shape[0])
@@ -33,7 +57,7 @@ def evaluate(model: TrainedModel, X: Any, y: Any) -> dict[str, Any]:
     truth = model.class_indices(y).astype(np.int64)
     predicted = np.asarray(model.model.predict(model.params, features)).astype(np.int64)
     classes = model.classes_
-    report: dict[str, Any] = {
+    report: Evaluation = {
         "model": model.name,
         "job_id": model.job_id,
         "rows": rows,
@@ -78,9 +102,9 @@ def roc_auc(truth: Array, score: Array) -> float | None:
     return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
 
 
-def per_class(matrix: Array, classes: Array) -> list[dict[str, Any]]:
+def per_class(matrix: Array, classes: Array) -> list[ClassFigures]:
     """Precision, recall, F1 and support of every class, from the confusion matrix."""
-    rows = []
+    rows: list[ClassFigures] = []
     for i, label in enumerate(classes):
         true_positive = float(matrix[i, i])
         predicted, support = float(matrix[:, i].sum()), int(matrix[i, :].sum())

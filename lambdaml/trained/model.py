@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from pydantic import ValidationError
@@ -32,6 +32,16 @@ log = logging.getLogger(__name__)
 
 #: What ``export`` writes, and the file suffix of each.
 EXPORT_FORMATS = {"onnx": ".onnx", "safetensors": ".safetensors", "npz": ".npz"}
+
+
+class JobMetrics(TypedDict, total=False):
+    """What a job measured (nothing where its result is not known)."""
+
+    loss_curve: list[float]  # the loss after each epoch
+    test_accuracy: float | None
+    test_loss: float | None
+    wall_time_s: float
+    cost_dollars: float | None
 
 
 class TrainedModel:
@@ -92,7 +102,7 @@ class TrainedModel:
         return dict(self.result.spec) if self.result is not None else {"model": dict(self.card.model)}
 
     @property
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> JobMetrics:
         """What the job measured: its loss per epoch, test accuracy and loss, wall time and cost."""
         if self.result is None:
             return {}

@@ -15,6 +15,7 @@ import numpy as np
 from lambdaml.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from lambdaml.arrays import Array
     from lambdaml.trained.exportable import Exportable
 
 
@@ -47,16 +48,18 @@ def write_safetensors(trained: Exportable, path: Path) -> Path:
 
 def write_npz(trained: Exportable, path: Path) -> Path:
     """The flat parameter vector and what it is: ``params``, ``n_features``, ``classes`` (numpy's own format)."""
-    arrays: dict[str, Any] = {"params": np.asarray(trained.params), "n_features": np.array(trained.n_features)}
-    if trained.supervised:
-        arrays["classes"] = trained.classes_
+    params, n_features = np.asarray(trained.params), np.array(trained.n_features)
+    classes = trained.classes_ if trained.supervised else None
     # Through an open file: given a name, np.savez would write NAME.npz instead of the path asked for.
-    return _written(path, lambda: _savez(path, arrays))
+    return _written(path, lambda: _savez(path, params, n_features, classes))
 
 
-def _savez(path: Path, arrays: dict[str, Any]) -> None:
+def _savez(path: Path, params: Array, n_features: Array, classes: Array | None) -> None:
     with path.open("wb") as out:
-        np.savez(out, **arrays)
+        if classes is None:
+            np.savez(out, params=params, n_features=n_features)
+        else:
+            np.savez(out, params=params, n_features=n_features, classes=classes)
 
 
 def _written(path: Path, write: Any) -> Path:

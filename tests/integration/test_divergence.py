@@ -19,7 +19,7 @@ from lambdaml.channels import Channel, open_channel
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
-from lambdaml.runtime import lambda_handlers
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec
 from tests.integration.test_lambda_runtime import FakeContext

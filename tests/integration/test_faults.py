@@ -26,7 +26,8 @@ from lambdaml.errors import JobFailed
 from lambdaml.local import services as local_services
 from lambdaml.models import MODELS
 from lambdaml.models.linear import LogisticRegression
-from lambdaml.runtime import lambda_handlers, records
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
+from lambdaml.runtime import records
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.reports import Memory, Times, Traffic, WorkerReport
 from lambdaml.storage import get_json

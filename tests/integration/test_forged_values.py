@@ -18,7 +18,7 @@ from lambdaml import codec, keys
 from lambdaml.buffers import Value, joined
 from lambdaml.channels import Channel, open_channel
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
-from lambdaml.runtime import lambda_handlers
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
 from lambdaml.seal import OVERHEAD, Sealer
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec

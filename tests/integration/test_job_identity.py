@@ -20,7 +20,8 @@ from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
 from lambdaml.errors import ConfigError
-from lambdaml.runtime import lambda_handlers, records
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
+from lambdaml.runtime import records
 from lambdaml.runtime.reports import JobResult
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec, unique_name

@@ -14,7 +14,7 @@ from lambdaml import keys
 from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.driver import run_job
-from lambdaml.runtime import lambda_handlers
+from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
 from lambdaml.storage import get_json
 from tests.helpers import Services, channel_spec
 from tests.lambda_harness import FakeContext, invoker, model, prepare_dataset, sent_event, start, stored_result

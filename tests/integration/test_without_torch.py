@@ -23,7 +23,7 @@ NO_TORCH = textwrap.dedent(
     sys.modules["torch"] = None  # import torch now raises ImportError
     from lambdaml import catalogue
     from lambdaml.config import parse_job
-    from lambdaml.runtime import lambda_handlers
+    from lambdaml.platforms.aws_lambda import handlers as lambda_handlers
 
     jobs = json.loads(sys.argv[1])
     for job in jobs:

@@ -67,7 +67,7 @@ def test_local_status_of_an_unknown_stack_is_one_line(
 
 
 def test_a_jobs_log_lines_are_its_invocations_from_start_to_the_next() -> None:
-    from lambdaml.backends.stack import lines_of_job
+    from lambdaml.platforms.aws_lambda.logs import lines_of_job
 
     def event(at: int, message: str) -> dict[str, object]:
         return {"timestamp": at, "message": message + "\n", "eventId": str(at), "logStreamName": "s"}

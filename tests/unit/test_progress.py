@@ -13,7 +13,7 @@ from rich.console import Console
 
 from lambdaml import keys
 from lambdaml.backends import JobEvent, StepEvent
-from lambdaml.backends.stack import HeartbeatReader
+from lambdaml.backends.stack_watch import HeartbeatReader
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.cli.progress import JobProgress, progress_of
 from lambdaml.config import parse_job

@@ -9,8 +9,9 @@ from lambdaml import keys
 from lambdaml.channels.memory import MemoryChannel
 from lambdaml.config import parse_job
 from lambdaml.errors import CodecError, ConfigError
+from lambdaml.platforms.aws_lambda.failures import WorkerGaveUp
 from lambdaml.runtime import records
-from lambdaml.runtime.events import CoordinatorEvent, WorkerEvent, WorkerGaveUp
+from lambdaml.runtime.events import CoordinatorEvent, WorkerEvent
 from lambdaml.runtime.status import JobStatus
 from lambdaml.storage import get_json, put_json
 

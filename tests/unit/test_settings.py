@@ -13,7 +13,8 @@ import yaml
 from lambdaml import settings
 from lambdaml.config import parse_job
 from lambdaml.errors import ConfigError
-from lambdaml.runtime.lambda_handlers import check_fits_stack, worker_function
+from lambdaml.platforms.aws_lambda.handlers import worker_function
+from lambdaml.platforms.fit import check_fits_stack
 from tests.unit.test_template import CfnLoader
 
 ROOT = Path(__file__).resolve().parents[2]

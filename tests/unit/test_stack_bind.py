@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from lambdaml.backends.stack import Stack, bind
+from lambdaml.backends.stack import bind
 from lambdaml.errors import ConfigError
+from lambdaml.platforms.aws_lambda.stack import LambdaStack as Stack
 
 MOTO = "http://127.0.0.1:5000"
 RESOURCES = {"DataBucketName": "data-b", "CommBucketName": "comm-b", "ChannelTableName": "comm-t"}

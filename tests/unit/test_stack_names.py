@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from lambdaml import aws, cli
-from lambdaml.backends import stack as remote
 from lambdaml.errors import ConfigError
 from lambdaml.local.services import free_port
+from lambdaml.platforms.aws_lambda import find as remote
 
 NO_CREDENTIALS = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",

@@ -20,8 +20,8 @@ from analytic_model import Workload, advise
 from analytic_model.advisor import Advice
 from analytic_model.prediction import Prediction
 from lambdaml import cli
-from lambdaml.cli.output import advice_table, profile_table, result_table, size, status_table
 from lambdaml.cli.compare import comparison_tables
+from lambdaml.cli.output import advice_table, profile_table, result_table, size, status_table
 from lambdaml.runtime.reports import JobResult
 
 WIDTH = 80

@@ -20,7 +20,14 @@ from datetime import UTC, datetime
 from lambdaml.errors import LambdaMLError
 from lambdaml.local.lambda_service.execution import Executor
 from lambdaml.local.lambda_service.functions import Functions
-from lambdaml.local.lambda_service.models import IDLE_WAIT_S, LATEST, Attempt, FunctionConfig, Stopping
+from lambdaml.local.lambda_service.models import (
+    IDLE_WAIT_S,
+    LATEST,
+    Attempt,
+    FailureRecord,
+    FunctionConfig,
+    Stopping,
+)
 from lambdaml.local.lambda_service.responses import json_bytes, parse_json
 
 log = logging.getLogger(__name__)
@@ -135,7 +142,7 @@ class AsyncDelivery:
 
     def _deliver_failure(self, job: _AsyncJob, attempt: Attempt) -> None:
         """Send AWS's invocation record to the on-failure destination (or log the dropped event)."""
-        record = {
+        record: FailureRecord = {
             "version": "1.0",
             "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "requestContext": {

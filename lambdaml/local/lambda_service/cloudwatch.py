@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
 from lambdaml import aws
 
@@ -26,6 +26,13 @@ BATCH_WAIT_S = 0.2  # how long the first line of a batch waits for company
 CLOSE_S = 5.0  # longest wait at stop for the lines still queued
 
 Event = tuple[str, str, int, str]  # group, stream, timestamp (ms), message
+
+
+class LogEvent(TypedDict):
+    """One event of PutLogEvents."""
+
+    timestamp: int  # ms
+    message: str
 
 
 class LogShipper:
@@ -70,7 +77,7 @@ class LogShipper:
                 return
 
     def _put(self, batch: list[Event]) -> None:
-        streams: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        streams: dict[tuple[str, str], list[LogEvent]] = defaultdict(list)
         for group, stream, timestamp, message in batch:
             streams[(group, stream)].append({"timestamp": timestamp, "message": message})
         for (group, stream), events in streams.items():

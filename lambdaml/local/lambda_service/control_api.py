@@ -15,9 +15,9 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from lambdaml.local.lambda_service.concurrency import ConcurrencyLimitError
 from lambdaml.local.lambda_service.functions import Functions
@@ -31,6 +31,48 @@ CODE_SIZE_UNZIPPED = 250 * 1024**2
 CODE_SIZE_ZIPPED = 50 * 1024**2
 MAX_LIST_ITEMS = 50  # ListFunctions' page size when MaxItems is not given (AWS: 50)
 _NAME = r"(?P<name>[^/]+)"
+
+
+class FunctionConfiguration(TypedDict):
+    """A function as GetFunctionConfiguration answers (AWS's shape; the local service's values)."""
+
+    FunctionName: str
+    FunctionArn: str
+    Runtime: str
+    Role: str
+    Handler: str
+    CodeSize: int
+    Description: str
+    Timeout: int
+    MemorySize: int
+    LastModified: str
+    CodeSha256: str
+    Version: str
+    Environment: dict[str, dict[str, str]]  # {"Variables": {...}}
+    TracingConfig: dict[str, str]
+    RevisionId: str
+    State: str
+    LastUpdateStatus: str
+    PackageType: str
+    Architectures: list[str]
+    EphemeralStorage: dict[str, int]
+    LoggingConfig: dict[str, str]
+
+
+class FunctionList(TypedDict):
+    """A page of ListFunctions."""
+
+    Functions: list[FunctionConfiguration]
+    NextMarker: NotRequired[str]
+
+
+class FunctionDescription(TypedDict):
+    """GetFunction's answer: the configuration, where the code is, and the reserved concurrency (if any)."""
+
+    Configuration: FunctionConfiguration
+    Code: dict[str, str]
+    Tags: dict[str, str]
+    Concurrency: NotRequired[dict[str, int]]
 
 
 class ControlApi:
@@ -78,14 +120,14 @@ class ControlApi:
             after = _unmark(marker)
             names = [n for n in names if n > after]
         page, rest = names[:max_items], names[max_items:]
-        body: dict[str, Any] = {"Functions": [self._configuration(self._functions[n]) for n in page]}
+        body: FunctionList = {"Functions": [self._configuration(self._functions[n]) for n in page]}
         if rest:
             body["NextMarker"] = _mark(page[-1])
         return _ok(request, body)
 
     def get_function(self, request: Request) -> Response:
         fn = self._function(request)
-        body: dict[str, Any] = {
+        body: FunctionDescription = {
             "Configuration": self._configuration(fn),
             "Code": {"RepositoryType": "S3", "Location": Path(fn.code_dir).resolve().as_uri()},
             "Tags": {},
@@ -146,7 +188,7 @@ class ControlApi:
     def _function(self, request: Request) -> FunctionConfig:
         return self._resolve(urllib.parse.unquote(request.params["name"]), request.query_param("Qualifier"))
 
-    def _configuration(self, fn: FunctionConfig) -> dict[str, Any]:
+    def _configuration(self, fn: FunctionConfig) -> FunctionConfiguration:
         size, sha = self._code_of(fn)
         return {
             "FunctionName": fn.name,
@@ -188,7 +230,8 @@ class ControlApi:
             return self._code[str(root)]
 
 
-def _ok(request: Request, body: dict[str, Any]) -> Response:
+def _ok(request: Request, body: Mapping[str, object]) -> Response:
+    """A 200 answer of the JSON object ``body``."""
     headers = {"Content-Type": "application/json", "x-amzn-RequestId": request.request_id}
     return Response(200, headers, json_bytes(body))
 

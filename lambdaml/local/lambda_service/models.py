@@ -15,11 +15,24 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from lambdaml.errors import ConfigError, LambdaMLError
 
-OnFailure = Callable[[dict[str, Any]], None] | str | None
+
+class FailureRecord(TypedDict):
+    """The invocation record Lambda sends an on-failure destination after an event's last failed try."""
+
+    version: str
+    timestamp: str
+    requestContext: dict[str, str | int]  # requestId, functionArn, condition, approximateInvokeCount
+    requestPayload: object  # the event: its JSON, or its text where it is not JSON
+    responseContext: dict[str, str | int]  # statusCode, executedVersion, functionError
+    responsePayload: object  # the function's error, likewise
+
+
+#: Where an event goes once its tries are spent: a callable, another function's name, or nowhere.
+OnFailure = Callable[[FailureRecord], None] | str | None
 
 DEFAULT_ACCOUNT_ID = "123456789012"
 LATEST = "$LATEST"
@@ -127,7 +140,7 @@ class InvocationRecord:
     status: str  # success, error, timeout, crash, oom, init_error
     error_type: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -14,20 +14,23 @@ ever holds.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from lambdaml import catalogue, keys, settings
 from lambdaml.channels import Channel
-from lambdaml.config import ChannelSpec, JobSpec
+from lambdaml.config import JobSpec
 from lambdaml.data.shards import read_manifest
 from lambdaml.errors import ConfigError, Diverged, JobCancelled, JobFailed, LambdaMLError
+from lambdaml.platforms.aws_lambda.context import LambdaContext, lifetime
+from lambdaml.platforms.aws_lambda.failures import WorkerGaveUp, cost_so_far, resume_or_fail
+from lambdaml.platforms.aws_lambda.invoke import BotoInvoker, Invoker
+from lambdaml.platforms.aws_lambda.logs import JOB_LOG_MARK
+from lambdaml.platforms.fit import check_fits_stack
 from lambdaml.runtime import records
-from lambdaml.runtime.events import STARTS, CoordinatorEvent, WorkerEvent, WorkerGaveUp
+from lambdaml.runtime.events import STARTS, CoordinatorEvent, WorkerEvent
 from lambdaml.runtime.heartbeat import Heartbeat
 from lambdaml.runtime.records import Attempt
 from lambdaml.runtime.registry import TableRegistry
@@ -39,8 +42,6 @@ from lambdaml.runtime.worker import Lifetime, run_worker
 from lambdaml.storage import open_storage, put_json
 
 log = logging.getLogger(__name__)
-#: What begins the line each worker invocation logs first: ``lambdaml job ID rank R ...``.
-JOB_LOG_MARK = "lambdaml job"
 
 # True until this process has served one worker invocation: Lambda reuses warm processes,
 # so the first invocation in a process is the cold start.
@@ -57,33 +58,6 @@ def _record_jobs_in_the_stacks_table() -> None:
         records.also_record_in(TableRegistry(aws.client(TableRegistry.SERVICE), table))
 
 
-class LambdaContext(Protocol):
-    """The part of Lambda's context object the runtime reads."""
-
-    function_name: str
-    aws_request_id: str
-
-    def get_remaining_time_in_millis(self) -> int: ...
-
-
-class Invoker(Protocol):
-    def invoke_async(self, function: str, payload: dict[str, Any]) -> None: ...
-
-
-class BotoInvoker:
-    """Asynchronous (``Event``) invocations through boto3: AWS, or the local Lambda service."""
-
-    def __init__(self, client: Any = None, *, endpoint_url: str | None = None, region: str = "us-east-1") -> None:
-        if client is None:
-            from lambdaml import aws
-
-            client = aws.client("lambda", endpoint_url=endpoint_url, region=region)
-        self.client = client
-
-    def invoke_async(self, function: str, payload: dict[str, Any]) -> None:
-        self.client.invoke(FunctionName=function, InvocationType="Event", Payload=json.dumps(payload).encode())
-
-
 # --- coordinator ------------------------------------------------------------------
 
 
@@ -92,11 +66,11 @@ def coordinate(event: dict[str, Any], context: LambdaContext, *, invoker: Invoke
     _record_jobs_in_the_stacks_table()
     invoker = invoker or BotoInvoker()
     if WorkerGaveUp.describes(event):
-        return _worker_gave_up(WorkerGaveUp.from_json(event), invoker)
+        return resume_or_fail(WorkerGaveUp.from_json(event), invoker)
     try:
         request = CoordinatorEvent.from_json(event)
         if request.action in STARTS:
-            return _start(request, invoker)
+            return _start(request, invoker).to_json()
         return _about_job(request).to_json()
     except LambdaMLError as exc:
         return {"state": "rejected", "error": str(exc)}
@@ -109,20 +83,12 @@ def _about_job(request: CoordinatorEvent) -> JobStatus:
         raise ConfigError(f"'{request.action}' needs 'job' and 'job_id'")
     store = open_storage(job.storage)
     if request.action == "cancel":
-        return records.cancel(store, job_id, lambda attempt: _cost_so_far(store, job, job_id, attempt))
+        return records.cancel(store, job_id, lambda attempt: cost_so_far(store, job, job_id, attempt))
     return records.status(store, job_id)
 
 
-def _cost_so_far(store: Channel, job: JobSpec, job_id: str, attempt: int) -> Mapping[str, object]:
-    """The cost fields of an attempt that ends here without its result: estimated from its run time so far."""
-    try:
-        started = records.read_attempt(store, job_id, attempt).started_at
-    except LambdaMLError:  # no attempt record to time it by: recorded without a cost
-        return {}
-    return estimated_cost_fields(job, time.time() - started, "lambda")
-
-
-def _start(request: CoordinatorEvent, invoker: Invoker) -> dict[str, Any]:
+def _start(request: CoordinatorEvent, invoker: Invoker) -> JobStatus:
+    """Claim the job (or its next attempt) and invoke its workers: what the client is answered."""
     job = request.job
     stack = settings.stack_environment()
     check_fits_stack(job, stack)
@@ -131,7 +97,7 @@ def _start(request: CoordinatorEvent, invoker: Invoker) -> dict[str, Any]:
     secret = job_secret(job)
     for rank in range(job.workers):
         invoker.invoke_async(worker, worker_event(job, attempt, rank, worker, secret=secret))
-    return {"job_id": attempt.job_id, "attempt": attempt.number, "state": "running"}
+    return JobStatus(job_id=attempt.job_id, attempt=attempt.number, state=records.RUNNING)
 
 
 def worker_function(job: JobSpec, stack: settings.StackEnvironment) -> str:
@@ -148,77 +114,11 @@ def worker_function(job: JobSpec, stack: settings.StackEnvironment) -> str:
     return stack.worker_function
 
 
-def check_fits_stack(job: JobSpec, stack: settings.StackEnvironment) -> None:
-    """Refuse, in one line, a job whose data or channel is not this stack's (its roles reach only its own)."""
-    if not stack.in_a_stack:
-        return
-    bind = "; start it with 'lambdaml train JOB --stack NAME', which binds it to the stack"
-    if job.storage.bucket != stack.data_bucket:
-        raise ConfigError(f"this stack keeps its data in {stack.data_bucket!r}, not {job.storage.bucket!r}{bind}")
-    _check_channel_fits(job.channel, stack, bind)
-
-
-def _check_channel_fits(channel: ChannelSpec, stack: settings.StackEnvironment, bind: str) -> None:
-    """What the channel kind's description says a stack provides, held against the job's channel."""
-    kind, info = channel.kind, catalogue.channel(channel.kind)
-    if not info.connects_processes:
-        shared = catalogue.shared_channels()
-        use = " or ".join([", ".join(shared[:-1]), shared[-1]]) if len(shared) > 1 else "".join(shared)
-        raise ConfigError(f"the {info.called} channel cannot connect Lambda workers; use {use}")
-    for provided in info.stack_fields:
-        value, expected = getattr(channel, provided.field), stack.output(provided.output)
-        if value != expected:
-            raise ConfigError(f"this stack's {provided.named} {expected!r}, not {value!r}{bind}")
-    if info.stack_cache and stack.cache_kind is None:
-        raise ConfigError(
-            f"the job's channel is {kind}, but this stack has no cache; deploy it with one "
-            f"(a local stack: lambdaml local up --cache {kind})"
-        )
-    if info.stack_cache and kind != stack.cache_kind:
-        raise ConfigError(f"the job's channel is {kind}, but this stack's cache is {stack.cache_kind}")
-
-
 def worker_event(
     job: JobSpec, attempt: Attempt, rank: int, function: str, invocation: int = 1, *, secret: bytes | None = None
 ) -> dict[str, Any]:
     """The payload that invokes rank ``rank`` of ``attempt`` in ``function``."""
     return WorkerEvent(job, attempt.job_id, attempt.number, rank, invocation, function, secret).to_json()
-
-
-# Worker errors that the same code and memory meet again on every try: resuming cannot help.
-_PERMANENT_ERRORS = frozenset(
-    {
-        "Runtime.ImportModuleError",
-        "Runtime.HandlerNotFound",
-        "Runtime.UserCodeSyntaxError",
-        "Runtime.OutOfMemory",
-        "ImportError",
-        "ModuleNotFoundError",
-        "SyntaxError",
-    }
-)
-
-
-def _worker_gave_up(failure: WorkerGaveUp, invoker: Invoker) -> dict[str, Any]:
-    """AWS retried a worker twice and it still crashed: resume it from its checkpoint, unless it cannot help."""
-    request = failure.request
-    job, job_id, rank, invocation = request.job, request.job_id, request.rank, request.invocation
-    store = open_storage(job.storage)
-    current = records.status(store, job_id)
-    live = current.state == records.RUNNING and current.attempt == request.attempt
-    permanent = failure.error_type in _PERMANENT_ERRORS
-    if invocation >= job.runtime.max_invocations or not live or permanent or not request.worker_function:
-        error = f"worker {rank} kept failing (invocation {invocation})"
-        if failure.error_type:
-            error += f": {failure.error_type}: {' '.join(failure.error_message.split())}"
-        if failure.error_type == "Runtime.OutOfMemory":
-            error += "; give the workers more memory (WorkerMemoryMB) or use more of them"
-        cost = _cost_so_far(store, job, job_id, request.attempt)
-        # guarded: never over an ending
-        records.set_status(store, job_id, request.attempt, records.FAILED, error=error, **cost)
-        return {"job_id": job_id, "state": "failed"}
-    invoker.invoke_async(request.worker_function, request.next_invocation().to_json())
-    return {"job_id": job_id, "state": "running", "resumed_rank": rank}
 
 
 # --- worker -----------------------------------------------------------------------
@@ -242,24 +142,16 @@ def work(
     # The line ``lambdaml logs`` finds a job's invocations by: this invocation's lines are the rank's.
     log.info("%s %s rank %d attempt %d invocation %d", JOB_LOG_MARK, job_id, rank, attempt.number, request.invocation)
 
-    lifetime = Lifetime(
-        cold=cold,
-        memory_mb=int(getattr(context, "memory_limit_in_mb", 0) or 0),
-        architecture=settings.stack_environment().architecture,
-        started=started,
-        remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
-        margin_s=job.runtime.margin_s,
-        checkpoint_every=job.runtime.checkpoint_every,
-    )
+    runs_for = lifetime(context, job, cold=cold, started=started)
     try:
-        report = _train(request, attempt, store, channel, lifetime)
+        report = _train(request, attempt, store, channel, runs_for)
     except JobCancelled:
         clear_job_channel(job, job_id, attempt.number, channel)
         return {"rank": rank, "status": "cancelled"}
     except LambdaMLError as exc:  # retrying cannot fix it: fail the job, clearly, once
         log.error("worker %d of job %s failed: %s", rank, job_id, exc)
         reason = {"reason": "diverged"} if isinstance(exc, Diverged) else {}
-        cost = estimated_cost_fields(job, time.time() - attempt.started_at, "lambda", memory_mb=lifetime.memory_mb)
+        cost = estimated_cost_fields(job, time.time() - attempt.started_at, "lambda", memory_mb=runs_for.memory_mb)
         error = f"worker {rank}: {exc}"
         records.set_status(store, job_id, attempt.number, records.FAILED, error=error, **reason, **cost)
         clear_job_channel(job, job_id, attempt.number, channel)
@@ -282,7 +174,7 @@ def _skipped(current: JobStatus, attempt: Attempt) -> str | None:
 
 
 def _train(
-    request: WorkerEvent, attempt: Attempt, store: Channel, channel: Channel | None, lifetime: Lifetime
+    request: WorkerEvent, attempt: Attempt, store: Channel, channel: Channel | None, runs_for: Lifetime
 ) -> WorkerReport | Continuation:
     """Run the rank, its heartbeat beating, until it finishes or this invocation's time is nearly up."""
     job, rank, invocation = request.job, request.rank, request.invocation
@@ -306,7 +198,7 @@ def _train(
             on_step=beat.step,
             store=store,
             channel=channel,
-            lifetime=lifetime,
+            lifetime=runs_for,
         )
     finally:
         beat.settle()
