@@ -82,9 +82,9 @@ def _kind_model(cls: type[ChannelSpec], data: object) -> type[ChannelSpec]:
 
 #: The fields the one model of earlier versions held for every kind, with their defaults. It took
 #: each with any kind, and every job record and result it stored holds them all: another kind's
-#: are accepted at these defaults, and refused otherwise, since the job would not use them (a
-#: field that secures the connection is named as the one a refusal names). Read on a kind
-#: without them, they answer these defaults, as that model did.
+#: are still accepted and ignored, as they always were, except those that secure the connection
+#: (by the field a refusal names), or a job would run less safely than its file says. Read on a
+#: kind without them, they answer these defaults, as that model did.
 _FLAT_SPEC_FIELDS: dict[str, object] = {
     "bucket": None,
     "table": None,
@@ -101,9 +101,8 @@ _SECURING = {"auth": "auth", "tls": "tls", "tls_ca_file": "tls"}
 
 def _without_others_fields(model: type[ChannelSpec], data: Mapping[str, object]) -> dict[str, object]:
     kind = data.get("kind", model.model_fields["kind"].default)
-    for key, default in _FLAT_SPEC_FIELDS.items():
-        if key not in model.model_fields and key in data and data[key] != default:
-            named = _SECURING.get(key, key)
+    for key, named in _SECURING.items():
+        if key not in model.model_fields and data.get(key, _FLAT_SPEC_FIELDS[key]) != _FLAT_SPEC_FIELDS[key]:
             raise ValueError(f"{named!r} applies to {_kinds_with(named)} channels, not {kind}")
     return {key: value for key, value in data.items() if key in model.model_fields or key not in _FLAT_SPEC_FIELDS}
 
