@@ -54,3 +54,17 @@ def test_a_channel_kind_is_named_in_few_files_outside_the_channels() -> None:
             if not path.is_relative_to(channels) and kind in path.read_text()
         ]
         assert len(naming) <= MAX_FILES_NAMING_A_KIND, f"{kind!r} is named in {len(naming)} files: {naming}"
+
+
+#: Untyped mappings that may remain, each where JSON of no fixed shape enters or leaves.
+MAX_UNTYPED_MAPPINGS = 40
+
+
+def test_untyped_mappings_stay_at_the_json_boundaries() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in _sources()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for _ in range(line.count("dict[str, Any]"))
+    ]
+    assert len(found) <= MAX_UNTYPED_MAPPINGS, f"{len(found)} dict[str, Any]: " + ", ".join(found)
