@@ -135,8 +135,8 @@ def advise_options(args: argparse.Namespace) -> None:
 
 def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> float:
     """``--dataset-bytes`` as given (the binary shards' size), or the shards' size computed from the data's shape."""
-    from analytic_model.advisor import parse_bytes
     from analytic_model.shard_size import binary_dataset_bytes
+    from lambdaml.cli.arguments import parse_bytes
 
     if args.dataset_bytes is not None:
         if args.nnz is not None or args.density is not None:

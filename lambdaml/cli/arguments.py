@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from lambdaml.errors import ConfigError
 
 
 def did_you_mean(word: str, known: Iterable[Any], *, quote: bool = True) -> str:
@@ -123,3 +126,31 @@ def follow_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --stack: Ctrl-C cancels the job (default: it runs on)",
     )
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(text: str, what: str = "size") -> float:
+    """``8e9``, ``800MB``, ``1.5GiB`` -> bytes; anything else, or a size not above zero, is a ConfigError."""
+    raw = text.strip().lower().replace(" ", "")
+    number = raw.rstrip("abgiktm")
+    unit = raw[len(number) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise ConfigError(f"{what}: {text!r} is not a size (e.g. 8e9, 800MB, 1.5GiB)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be positive, got {text!r}")
+    return value

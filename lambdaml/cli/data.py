@@ -16,7 +16,7 @@ def _memory_limit(text: str | None) -> int | None:
     """``--memory-limit``: parse_bytes' ``8GB``, ``1.5GiB``, ``1e9``, and the short ``8G``, ``500M`` (decimal)."""
     if text is None:
         return None
-    from analytic_model.advisor import parse_bytes
+    from lambdaml.cli.arguments import parse_bytes
 
     short = text.strip()[-1:].lower() in ("k", "m", "g", "t")
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from analytic_model import Workload, advise, aws_profile, load_profile, pareto_front, predict_faas, predict_iaas
-from analytic_model.advisor import epochs_to_target, parse_bytes
+from analytic_model.advisor import epochs_to_target
 from analytic_model.collectives import (
     collective,
     packed_index_bytes,
@@ -33,6 +33,7 @@ from lambdaml.channels.base import Backoff
 from lambdaml.channels.dynamodb import DEFAULT_MAX_ITEM_BYTES as DYNAMODB_ITEM
 from lambdaml.channels.dynamodb import GET_BATCH
 from lambdaml.channels.memory import MemoryChannel
+from lambdaml.cli.arguments import parse_bytes
 from lambdaml.errors import ChannelError, ConfigError
 from tests.capabilities import ORDERED_WRITE_CHANNELS, RANGED_READ_CHANNELS
 from tests.unit.test_patterns import MemoryView, make_inputs, run_world
