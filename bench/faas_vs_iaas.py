@@ -24,7 +24,7 @@ from typing import Any
 
 from common import RESULTS, report
 
-from lambdaml.compare import plot_comparison, summary
+from lambdaml.cli.compare import plot_comparison, summary
 from lambdaml.config import JobSpec, StorageSpec, parse_job
 from lambdaml.data import shards, synthetic
 from lambdaml.driver import run_job
