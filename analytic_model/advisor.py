@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
+from analytic_model.cache_billing import CacheBilling
 from analytic_model.collectives import PATTERNS, grid_shape
 from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described, faas_channels
 from analytic_model.prediction import (
@@ -152,7 +153,8 @@ class Advice:
             line += f"; fastest: {fast.label}: {estimate(fast)}"
         if all(cheap is not p for p in named):
             line += f"; cheapest: {cheap.label}: {estimate(cheap)}"
-        return line
+        billed = dict.fromkeys(p.cache_billing for p in (*named, fast, cheap) if p.cache_billing)
+        return line + "".join(f"; cache billed as {how}" for how in billed)
 
     def to_dict(self) -> AdviceJson:
         front = {(p.platform, p.workers, p.pattern, p.memory_mb, p.architecture, option)
@@ -290,12 +292,14 @@ def advise(
     region: str = "us-east-1",
     cache_node: str | None = None,
     architecture: str | Sequence[str] = "x86_64",
+    cache: CacheBilling | None = None,
 ) -> Advice:
     """Predict every combination of worker count with channel, pattern and memory (FaaS) or instance type (IaaS).
 
     ``architecture``: one Lambda architecture or several (FaaS rows for each). ``channels`` (default:
     those Lambda workers can share that the profile has figures for) may name a channel the model knows
     only (``MODELLED_ONLY``: S3 Express) or one of one process's, which are never tried unless named.
+    ``cache``: how a cache channel is billed (``predict_faas``; None: the job's share of the node's hours).
     """
     profile = profile or aws_profile()
     info = workload.check(profile)
@@ -351,7 +355,7 @@ def advise(
             for (channel, pattern), arch in [(combo, arch) for combo in combos for arch in architectures]:
                 try:
                     row = predict_faas(workload, w, channel, pattern, memory, profile, region=region,
-                                       cache_node=cache_node, architecture=arch)  # fmt: skip
+                                       cache_node=cache_node, architecture=arch, cache=cache)  # fmt: skip
                 except Infeasible as exc:
                     why = f"FaaS {w} x {memory} MB over {channel}: {exc}"
                     if why not in skipped:  # once, not once per architecture

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from analytic_model.profile import CodecPasses, Host, MeasuredCompute
+from analytic_model.profile import CodecPasses, Host, MeasuredCompute, SparseCompute
 from analytic_model.records import FLAT, Reader, json_name, to_json
 
 
@@ -82,6 +82,7 @@ class ComputeCalibration:
     per_step_s: Mapping[str, float] = field(default_factory=dict)
     codec_passes: Mapping[str, CodecPasses] = field(default_factory=dict)  # per compressor
     mac_Bps: float | None = None  # calibrations before it lack it
+    sparse: SparseCompute | None = None  # a sparse linear step's rates (calibrations before it lack them)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analytic_model.profile import InstanceSpec, ModelInfo, Profile, compute_key
+from analytic_model.profile import InstanceSpec, ModelInfo, Profile, SparseCompute, compute_key
 from analytic_model.tables import ARCHITECTURES
 from analytic_model.workload import Schedule, Workload
 from lambdaml.errors import ConfigError
@@ -81,8 +81,11 @@ class ComputeRates:
 
 
 def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> ComputeRates:
-    """Per-sample and per-step time on one vCPU: measured for this model, else from its flops."""
+    """Per-sample and per-step time on one vCPU: measured for this model, else from its flops
+    (sparse rows: from their non-zeros)."""
     params = workload.n_params(info)
+    if workload.sparse and profile.compute.sparse is not None:
+        return sparse_rates(workload, info, profile, profile.compute.sparse)
     flops = workload.flops_per_sample or info.flops(workload.features, workload.k, params, workload.classes)
     exact = profile.measured.get(compute_key(workload.model, params, workload.sparse))
     if exact is not None:
@@ -95,6 +98,24 @@ def compute_rates(workload: Workload, info: ModelInfo, profile: Profile) -> Comp
     rate = gflops(profile, info.kind)
     per_step = profile.keyed(profile.compute.per_step_s, "compute.per_step_s", info.runtime)
     return ComputeRates(flops / (rate * 1e9), per_step, "defaults")
+
+
+def sparse_rates(workload: Workload, info: ModelInfo, profile: Profile, rates: SparseCompute) -> ComputeRates:
+    """A sparse linear model's rates: a row costs its non-zeros (each touching every weight of its
+    feature: one, or one a class), a step the pass over its parameters, as ``CSRMatrix`` and the
+    models compute them. A probe of this very model scales to the workload's non-zeros a row."""
+    params = workload.n_params(info)
+    weights = info.params(1, workload.k, workload.classes) - info.params(0, workload.k, workload.classes)
+
+    def row_s(nnz: float) -> float:
+        return weights * (rates.per_row_s + rates.per_nonzero_s * nnz)
+
+    nnz = workload.row_nonzeros(info)
+    exact = profile.measured.get(compute_key(workload.model, params, sparse=True))
+    if exact is not None and exact.nnz_per_row > 0 and row_s(exact.nnz_per_row) > 0:
+        return ComputeRates(exact.per_sample_s * row_s(nnz) / row_s(exact.nnz_per_row), exact.per_step_s, "measured")
+    # The profile's sparse rates: calibrated on this target, or the shipped ones (their origin says which).
+    return ComputeRates(row_s(nnz), rates.per_step_s + rates.per_param_step_s * params, "sparse rate")
 
 
 #: An algorithm's update of its state per step beyond GA-SGD's (which the compute probe times), in

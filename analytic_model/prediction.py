@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TypedDict
 
+from analytic_model.cache_billing import CacheBilling
 from analytic_model.collectives import Requests, ring_allreduce_s
 from analytic_model.compute import (
     architecture_speed,
@@ -25,6 +26,7 @@ from analytic_model.compute import (
 )
 from analytic_model.exchanges import communication, expected_staleness
 from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described
+from analytic_model.network import in_vpc, lambda_network_Bps, scaled_channel
 from analytic_model.profile import ModelInfo, Profile
 from analytic_model.tables import RegionPrices, channel_dollars, gb_second_price, price_table, prices
 from analytic_model.transfers import Polling
@@ -64,6 +66,7 @@ class Prediction:
     notes: tuple[str, ...] = ()  # e.g. that the channel is modelled only
     uncertainty: Uncertainty | None = None  # the profile's: how far a measurement may fall from this
     staleness: float | None = None  # ASP/SSP: other workers' updates one push merges (None: BSP)
+    cache_billing: str | None = None  # a cache channel's: how its cost is billed (``CacheBilling.describe``)
 
     @property
     def label(self) -> str:
@@ -106,6 +109,7 @@ class Prediction:
             "notes": self.notes,
             "uncertainty": None if self.uncertainty is None else asdict(self.uncertainty),
             "staleness": self.staleness,
+            "cache_billing": self.cache_billing,
             "label": self.label,
             "time_range_s": list(self.time_range_s),
             "cost_range": list(self.cost_range),
@@ -134,6 +138,7 @@ class PredictionJson(TypedDict):
     notes: tuple[str, ...]
     uncertainty: dict[str, float] | None  # time_fraction, cost_fraction
     staleness: float | None
+    cache_billing: str | None
     label: str
     time_range_s: list[float]
     cost_range: list[float]
@@ -193,12 +198,17 @@ def predict_faas(
     cache_node: str | None = None,
     architecture: str = "x86_64",
     authenticated: bool | None = None,
+    cache: CacheBilling | None = None,
 ) -> Prediction:
     """Time and cost of ``workers`` Lambda functions synchronizing through ``channel``.
 
     ``architecture`` sets the GB-second price and, by the profile's ``compute.arm64_speed``, the
     compute speed. A channel in ``MODELLED_ONLY`` (S3 Express) is predicted with a note saying so.
     ``authenticated``: whether the job's values carry a MAC (None: as ``values_authenticated``).
+    ``cache``: how a cache channel is billed (None: the job's share of ``cache_node``'s hours; the
+    command line's default is a node-based cluster for the job's time rounded up to the hour).
+    A channel moves values at the function's network (``network.lambda_network_Bps``): a cache
+    channel puts the workers in a VPC.
     """
     info = workload.check(profile)
     if workers < 1:
@@ -209,12 +219,21 @@ def predict_faas(
         raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory_mb}")
     if authenticated is None:
         authenticated = values_authenticated(profile, channel)
-    perf = profile.channel(channel, authenticated=authenticated)
+    # One worker synchronizes with nobody: no cache to reach (in a VPC) or to pay for.
+    uses_cache = described(channel).billed_by == "node_hours" and workers > 1
+    # Loads, checkpoints and the channel's values all move at the function's network, which may grow
+    # with its memory outside a VPC (``network.lambda_network_Bps``).
+    network = lambda_network_Bps(profile, memory_mb, vpc=in_vpc(channel) and workers > 1)
+    perf = scaled_channel(profile.channel(channel, authenticated=authenticated), network / faas.network_Bps)
     table = prices(region)
     billing = described(channel).prices
     if billing is not None and billing not in table:
         priced = ", ".join(sorted(r for r, section in price_table()["regions"].items() if billing in section))
         raise ConfigError(f"no {region} prices for channel {channel!r}; priced in: {priced}")
+    cache = cache or CacheBilling(pricing="share")
+    if uses_cache and not cache.priced(channel, table):
+        priced = ", ".join(sorted(r for r in price_table()["regions"] if cache.priced(channel, prices(r))))
+        raise ConfigError(f"no {region} prices for a {channel} cache priced {cache.pricing}; priced in: {priced}")
     sched = schedule(workload, workers)
     rates = compute_rates(workload, info, profile)
     speed = faas_speed(profile, memory_mb, workers) * architecture_speed(profile, architecture)
@@ -234,7 +253,6 @@ def predict_faas(
     round_s = compute + comm.seconds
     train_s = sched.rounds * round_s
 
-    network = faas.network_Bps
     latency = faas.load_latency_s
     load_s = latency + shard / network
     cold_start = profile.keyed(faas.cold_start_s, "faas.cold_start_s", info.runtime)
@@ -269,7 +287,10 @@ def predict_faas(
     storage_puts = workers * (checkpoints + invocations - 1 + beats)
     s3 = table["s3"]
     storage_dollars = storage_gets * s3["get_like_request"] + storage_puts * s3["put_like_request"]
-    channel_dollars = _channel_dollars(channel, traffic, total_s, table, profile, cache_node)
+    node = cache_node or profile.cache_node
+    # A cache holds a round's values, and the previous round's until their writers delete them.
+    stored = 2 * comm.requests.bytes_sent
+    channel_dollars = _channel_dollars(channel, traffic, total_s, table, node, cache, stored) if workers > 1 else 0.0
     return Prediction(
         platform="faas",
         workers=workers,
@@ -297,18 +318,21 @@ def predict_faas(
         notes=(MODELLED_NOTE,) if channel in MODELLED_ONLY else (),
         uncertainty=profile.uncertainty,
         staleness=expected_staleness(workload, workers),
+        cache_billing=cache.describe(channel, node, total_s) if uses_cache else None,
     )
 
 
 def _channel_dollars(
-    kind: str, traffic: Requests, wall_s: float, table: RegionPrices, profile: Profile, cache_node: str | None
+    kind: str, traffic: Requests, wall_s: float, table: RegionPrices, node: str, cache: CacheBilling, stored: float
 ) -> float:
-    """The channel's price for the whole job, as its description bills it (a cache: ``cache_node``'s hours)."""
+    """The channel's price for the whole job, as its description bills it (a cache: as ``cache`` bills it)."""
     return channel_dollars(
         described(kind),
         table,
         wall_s=wall_s,
-        node=cache_node or profile.cache_node,
+        node=node,
+        cache=cache,
+        stored_bytes=stored,
         puts=traffic.puts,
         gets=traffic.gets,
         lists=traffic.lists,

@@ -98,6 +98,7 @@ class MeasuredCompute:
     flops_per_sample: float = 0.0
     kind: str = "linear"
     runtime: str = "numpy"
+    nnz_per_row: float = 0.0  # a sparse probe's mean non-zeros a row (0: dense, or not recorded)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,12 @@ class FaasFigures:
     heartbeat_s: float
     heartbeat_per_worker_s: float  # ... longer by this per further worker beating at once (a shared local store)
     heartbeat_every_s: float  # ... but only once this long has passed since its last beat (0: every epoch)
+    # Larger functions' network (``network.lambda_network_Bps``): from ``network_Bps`` at
+    # ``network_scaled_from_mb`` up to ``network_scaled_max_Bps`` at the largest memory; None: flat.
+    network_scaled_from_mb: float | None = None
+    network_scaled_from_Bps: float | None = None
+    network_scaled_max_Bps: float | None = None
+    network_scaled_in_vpc: bool = False  # whether a function attached to a VPC gets it too
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,19 @@ class CodecPasses:
 
     compress: float  # with error feedback, into a codec bundle, beyond a plain tensor's encode
     decompress: float  # from a bundle, beyond a plain tensor's decode
+
+
+@dataclass(frozen=True)
+class SparseCompute:
+    """A sparse linear model's step on CSR rows, on one core (``lambdaml.data.sparse``): ``X @ w``
+    gathers and ``X.T @ r`` scatters each row's non-zeros, once per weight a feature has (a class's
+    on a multiclass model), while the gradient's zeroed width, the update and the vector's packing
+    pass over every parameter once a step, whatever the rows hold."""
+
+    per_nonzero_s: float  # per non-zero of a row and weight of its feature
+    per_row_s: float  # per row beyond its non-zeros (its margin, loss and slope), per weight of a feature
+    per_param_step_s: float  # per parameter, once a step
+    per_step_s: float  # the rest of a step (Python, the batch's indexing, the collective's call)
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,8 @@ class ComputeFigures:
     # Bytes of a value HMAC-SHA256 hashes a second on one core: sealing and opening a job's
     # authenticated values (``ChannelSpec.authenticates_values``) each hash the value once.
     mac_Bps: float = 5.0e8  # as shipped (aws_defaults.json)
+    # Sparse linear models: their work from the rows' non-zeros (None: priced by flops, as dense).
+    sparse: SparseCompute | None = None
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,9 @@ def binary_dataset_bytes(samples: int, features: int, *, nnz: int | None = None,
         part = None if nnz is None else nnz // shards + (index < nnz % shards)
         total += shard_bytes(rows, features, part)
     return total
+
+
+def nnz_of_shards(shard_bytes_: int, rows: int, features: int) -> int:
+    """The non-zeros a CSR shard of ``rows`` rows holds, from its bytes (``shard_bytes`` backwards):
+    each non-zero is an int32 index and a float32 value, so the count is exact to one a shard."""
+    return max(0, (shard_bytes_ - shard_bytes(rows, features, 0)) // (INT32 + FLOAT32))

@@ -12,11 +12,13 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypedDict
 
+from analytic_model.cache_billing import CacheBilling
 from lambdaml.catalogue import ChannelInfo
 from lambdaml.errors import ConfigError
 
-#: One region's prices: each section (``lambda``, ``s3``, ``s3express``, ``dynamodb``,
-#: ``elasticache``, ``ec2``) names its prices in dollars; a channel's description names its section.
+#: One region's prices: each section (``lambda``, ``s3``, ``s3express``, ``dynamodb``, ``elasticache``,
+#: ``ec2``, and from the table's ``elasticache_engines`` its ``elasticache_engines``) names its prices
+#: in dollars; a channel's description names its section.
 RegionPrices = Mapping[str, Mapping[str, float]]
 
 
@@ -26,7 +28,11 @@ class PriceTable(TypedDict):
     _source: str
     _checked: str
     _s3express: str
+    _dynamodb: str
+    _elasticache_serverless: str
+    _elasticache_valkey: str
     _units: str
+    elasticache_engines: Mapping[str, Mapping[str, float]]  # by region: Valkey's and Serverless's prices
     regions: Mapping[str, RegionPrices]
 
 
@@ -43,13 +49,16 @@ def price_table() -> PriceTable:
 
 
 def prices(region: str) -> RegionPrices:
-    """One region's prices: ``lambda``, ``s3``, ``dynamodb``, ``elasticache`` and ``ec2``."""
+    """One region's prices: ``lambda``, ``s3``, ``dynamodb``, ``elasticache`` and ``ec2``, and its
+    ``elasticache_engines`` (Valkey's and ElastiCache Serverless's) where the table has them."""
+    table = price_table()
     try:
-        region_prices = price_table()["regions"][region]
+        region_prices = table["regions"][region]
     except KeyError:
-        known = ", ".join(sorted(price_table()["regions"]))
+        known = ", ".join(sorted(table["regions"]))
         raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
-    return region_prices
+    engines = table.get("elasticache_engines", {}).get(region)
+    return region_prices if engines is None else {**region_prices, "elasticache_engines": engines}
 
 
 ARCHITECTURES = ("x86_64", "arm64")
@@ -109,10 +118,27 @@ def channel_dollars(
     deletes: float = 0.0,
     bytes_sent: float = 0.0,
     bytes_received: float = 0.0,
+    cache: CacheBilling | None = None,
+    stored_bytes: float = 0.0,
 ) -> float:
-    """A channel's price for a job of ``wall_s``, as its description bills it: its requests, the
-    hours of the cache ``node`` serving it, or nothing. ``table`` is one region's prices; the same
-    rule prices finished jobs (``lambdaml.cost``) and predictions (``analytic_model.prediction``)."""
+    """A channel's price for a job of ``wall_s``, as its description bills it: its requests, its
+    cache, or nothing. ``table`` is one region's prices; the same rule prices finished jobs
+    (``lambdaml.cost``) and predictions (``analytic_model.prediction``).
+
+    A cache is billed as ``cache`` says (``CacheBilling``: node-hours for the cache's lifetime, or
+    Serverless, ``stored_bytes`` the most data it holds); without one, the job's share of the
+    ``node``'s hours: ``wall_s`` of them, what a job adds to a cluster that outlives it.
+    """
+    if channel.billed_by == "node_hours" and cache is not None:
+        return cache.dollars(
+            channel.name,
+            table,
+            node=node,
+            wall_s=wall_s,
+            requests=puts + gets + lists + deletes,
+            bytes_moved=bytes_sent + bytes_received,
+            stored_bytes=stored_bytes,
+        )
     if channel.billed_by == "node_hours":
         nodes = table[str(channel.prices)]
         try:

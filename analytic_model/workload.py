@@ -11,12 +11,14 @@ import math
 from dataclasses import dataclass
 
 from analytic_model.profile import ModelInfo, Profile
+from analytic_model.shard_size import FLOAT32, INT32, binary_dataset_bytes
 from analytic_model.wire import Compression
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
 
 _STATS = 2  # sample count and loss sum travel with the vector (``_with_stats``)
 _EF_VECTORS = 2  # error feedback: a worker's memory of what it sent, and of the chunks it merged
+_CSR_ENTRY_BYTES = INT32 + FLOAT32  # a non-zero's column index and value in a CSR shard
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Workload:
     local_epochs: int = 1  # ma_sgd and admm: passes between averagings
     optimizer: str = "sgd"
     sparse: bool = False
+    nnz_per_row: float | None = None  # sparse: mean non-zeros a row (None: from the CSR shards' bytes)
     classes: int = 2  # of the labels: sizes softmax and multiclass_svm
     compression: str | None = None  # the job's ``algorithm.compression.name`` (None: none given)
     levels: int = 16  # qsgd
@@ -82,6 +85,8 @@ class Workload:
         for name, count, least in (("warmup-steps", self.warmup_steps, 1), ("staleness", self.staleness, 0)):
             if isinstance(count, bool) or not isinstance(count, int) or count < least:
                 raise ConfigError(f"{name} must be a whole number of at least {least}, got {count!r}")
+        if self.sparse:
+            self.row_nonzeros(info)
         if self.compression is not None:
             Compression(self.compression, self.levels, self.ratio).check()
         catalogue.check_relaxation(
@@ -97,6 +102,29 @@ class Workload:
         if (self.algorithm == "kmeans") != (self.model == "kmeans"):
             raise ConfigError("the kmeans algorithm and the kmeans model go together")
         return info
+
+    def row_nonzeros(self, info: ModelInfo) -> float:
+        """A sparse row's mean non-zeros: as given, else what the CSR shards' bytes hold beyond
+        their row pointers and labels (``dataset_bytes`` is those shards' size)."""
+        if not sparse_model(info):
+            raise ConfigError(
+                f"model {self.model!r} needs dense features, but the data is sparse (csr); "
+                "use a linear model (lr, svm, softmax or multiclass_svm)"
+            )
+        if self.features < 1:
+            raise ConfigError(f"sparse data needs its features (their count sizes {self.model!r})")
+        nnz = self.nnz_per_row
+        if nnz is None:
+            empty = binary_dataset_bytes(self.samples, self.features, nnz=0)
+            nnz = (self.dataset_bytes - empty) / (_CSR_ENTRY_BYTES * self.samples)
+            if nnz <= 0:
+                raise ConfigError(
+                    f"{self.dataset_bytes:g} bytes hold no non-zeros in {self.samples} CSR rows; "
+                    "give the non-zeros a row (--nnz or --density)"
+                )
+        if not math.isfinite(nnz) or not 0 < nnz <= self.features:
+            raise ConfigError(f"non-zeros a row must be in (0, {self.features}] (the features), got {nnz:g}")
+        return float(nnz)
 
     @property
     def compressor(self) -> Compression | None:
@@ -128,6 +156,11 @@ class Workload:
         """Bytes of one worker's checkpoint (parameters, algorithm state, optimizer state)."""
         vectors = state_vectors(self.algorithm, self.optimizer, error_feedback=self.error_feedback_on)
         return vectors * self.n_params(info) * info.bytes_per_param
+
+
+def sparse_model(info: ModelInfo) -> bool:
+    """Whether a model trains on CSR rows: the linear ones in numpy, except k-means (``require_dense``)."""
+    return info.kind == "linear" and info.runtime == "numpy" and not info.params_per_cluster_feature
 
 
 #: Vectors of the parameters' size a worker holds while it trains, beyond its checkpointed

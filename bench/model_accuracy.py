@@ -81,6 +81,8 @@ class Size:
     features: int
     sparse: bool
     rows: int  # training rows in all
+    words: int = 75  # sparse: words drawn a row (``rcv1_like``'s nnz_per_row; repeats add up)
+    probed: bool = True  # its own compute probe; else priced by the calibrated sparse rates (per non-zero)
 
     @property
     def params(self) -> int:
@@ -90,6 +92,8 @@ class Size:
 SIZES = {
     "small": Size("small", 28, sparse=False, rows=3200),
     "large": Size("large", 100_000, sparse=True, rows=3200),
+    # RCV1's width at about 0.3% density, priced from the sparse rates alone: no probe of its own.
+    "rcv1": Size("rcv1", 47_236, sparse=True, rows=3200, words=150, probed=False),
 }
 
 
@@ -146,15 +150,16 @@ def epochs_for(size: Size, workers: int) -> int:
     return 1 + max(3, math.ceil(TIMED_ROUNDS / rounds_per_epoch))
 
 
-def prepare(store: Any, size: Size) -> str:
-    """Upload the dataset of one model size; returns its name."""
+def prepare(store: Any, size: Size) -> tuple[str, float | None]:
+    """Upload the dataset of one model size; returns its name and, where sparse, its non-zeros a row."""
     name = f"acc-{size.name}"
     if size.sparse:
-        X, y, _ = synthetic.rcv1_like(size.rows, features=size.features, seed=1)
-    else:
-        X, y, _ = synthetic.higgs_like(size.rows, seed=1)
+        S, y, _ = synthetic.rcv1_like(size.rows, features=size.features, nnz_per_row=size.words, seed=1)
+        shards.prepare(store, name, S, y, shards=SHARDS, test_fraction=0.0)
+        return name, S.nnz / size.rows
+    X, y, _ = synthetic.higgs_like(size.rows, seed=1)
     shards.prepare(store, name, X, y, shards=SHARDS, test_fraction=0.0)
-    return name
+    return name, None
 
 
 def measure(
@@ -183,7 +188,7 @@ def measure(
 
 
 def predict(
-    profile: Profile, size: Size, kind: str, workers: int, pattern: str, variant: Variant
+    profile: Profile, size: Size, kind: str, workers: int, pattern: str, variant: Variant, nnz_per_row: float | None
 ) -> tuple[float, float, float]:
     """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts
     for the median epoch: its rounds, and the workers' heartbeats where every epoch ends with one
@@ -197,6 +202,7 @@ def predict(
         samples=size.rows,
         features=size.features,
         sparse=size.sparse,
+        nnz_per_row=nnz_per_row,
         batch_size=BATCH,
         **variant.workload,
     )
@@ -321,10 +327,14 @@ def print_table(outcomes: list[Outcome]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="redis and s3, W=2 and 4, both sizes (12 runs)")
+    parser.add_argument("--quick", action="store_true", help="redis and s3 only (W=2 and 4, every size)")
     parser.add_argument("--channels", default=None, help="comma-separated subset of " + ",".join(KINDS))
     parser.add_argument("--workers", default="2,4", help="comma-separated W values (divisors of 4)")
-    parser.add_argument("--sizes", default="small,large", help="comma-separated: small (d=28), large (d=1e5)")
+    parser.add_argument(
+        "--sizes",
+        default="small,large,rcv1",
+        help="comma-separated: small (d=28), large (d=1e5, sparse), rcv1 (d=47,236 at 0.3%%, from the sparse rates)",
+    )
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument(
         "--algorithms",
@@ -386,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {k: specs[k] for k in kinds}
         store = open_storage(storage)
         store.ensure()
-        datasets = {s.name: prepare(store, s) for s in sizes}
+        prepared = {s.name: prepare(store, s) for s in sizes}
         for spec in chosen.values():
             with open_channel(spec) as channel:
                 channel.ensure()
@@ -399,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             # Compute, start-up and loading first; each channel right before each pass of its
             # runs, so the profile sees the machine as loaded as the runs it predicts.
-            probes = [ComputeProbe("lr", s.features, s.sparse, BATCH, rows=s.rows) for s in sizes]
+            # The sizes without a probe of their own are priced by the sparse rates calibrate measures.
+            probes = [ComputeProbe("lr", s.features, s.sparse, BATCH, rows=s.rows) for s in sizes if s.probed]
             measured = calibrate(
                 {}, probes, storage=storage, effort=Effort(), target="local", shared_cores=cores(), on_step=step
             )
@@ -433,10 +444,12 @@ def main(argv: list[str] | None = None) -> int:
                     per_epoch = math.ceil(size.rows / workers / BATCH)
                     runs.setdefault(key, []).append(
                         measure(
-                            storage, chosen[kind], datasets[size.name], workers, pattern, epochs, variant, per_epoch
+                            storage, chosen[kind], prepared[size.name][0], workers, pattern, epochs, variant, per_epoch
                         )
                     )
-                    predictions.setdefault(key, []).append(predict(profile, size, kind, workers, pattern, variant))
+                    predictions.setdefault(key, []).append(
+                        predict(profile, size, kind, workers, pattern, variant, prepared[size.name][1])
+                    )
                     log.info(
                         "[%4.0fs] %s %s W=%d %s %s (pass %d): %.3fs per epoch, predicted %.3fs",
                         time.monotonic() - started, variant.name, kind, workers, size.name, pattern, repeat + 1,

@@ -1,4 +1,4 @@
-"""What a job cost: Lambda GB-seconds and requests, channel requests, cache node-hours.
+"""What a job cost: Lambda GB-seconds and requests, channel requests, its cache.
 
 Prices come from the price table shipped with the analytic model
 (``analytic_model/prices.json``, with its source and date). The usage figures are exact
@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from analytic_model.cache_billing import CacheBilling
 from analytic_model.tables import channel_dollars, gb_second_price, price_table, prices
 from lambdaml import catalogue
 from lambdaml.errors import ConfigError
@@ -105,14 +106,26 @@ def lambda_seconds_cost(seconds: float, workers: int, memory_mb: int, region: st
 CACHE_NODE = "cache.t4g.small"
 
 
-def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region: str) -> ChannelCost:
-    """The channel's use in dollars, as its description bills it: its requests, or the hours of
-    the cache node serving it for the job's time."""
+def channel_cost(
+    kind: str,
+    traffic: Mapping[str, float],
+    wall_s: float,
+    region: str,
+    cache: CacheBilling | None = None,
+    node: str = CACHE_NODE,
+) -> ChannelCost:
+    """The channel's use in dollars, as its description bills it: its requests, or its cache.
+
+    A cache is billed as ``cache`` says (the cache's lifetime in node-hours, or Serverless, whose
+    data stored is taken at its minimum: a run does not count it); without one, the job's share
+    of ``node``'s hours: its own time, what it adds to a cluster that outlives it.
+    """
     dollars = channel_dollars(
         catalogue.channel(kind),
         prices(region),
         wall_s=wall_s,
-        node=CACHE_NODE,
+        node=node,
+        cache=cache,
         puts=traffic.get("puts", 0),
         gets=traffic.get("gets", 0),
         lists=traffic.get("lists", 0),
@@ -124,11 +137,17 @@ def channel_cost(kind: str, traffic: Mapping[str, float], wall_s: float, region:
 
 
 def job_cost(
-    kind: str, traffic: Mapping[str, float], invocations: Sequence[Invocation], wall_s: float, region: str
+    kind: str,
+    traffic: Mapping[str, float],
+    invocations: Sequence[Invocation],
+    wall_s: float,
+    region: str,
+    cache: CacheBilling | None = None,
 ) -> JobCost:
-    """The cost section of a result: the workers' channel traffic and Lambda invocations, priced."""
+    """The cost section of a result: the workers' channel traffic and Lambda invocations, priced
+    (a cache as ``channel_cost`` prices it)."""
     lam = lambda_cost(invocations, region)
-    channel = channel_cost(kind, traffic, wall_s, region)
+    channel = channel_cost(kind, traffic, wall_s, region, cache)
     return {
         "region": region,
         "prices_checked": price_table().get("_checked"),

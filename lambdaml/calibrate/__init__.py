@@ -11,7 +11,8 @@ code the workers run:
 - ``exchange``: processes running the real AllReduce and ScatterReduce: what a wait loses,
   how much workers moving bytes at once crowd each other, how much slower a pattern's bytes
   move in real rounds;
-- ``compute``: one worker step through the algorithm's own step at two batch sizes;
+- ``compute``: one worker step through the algorithm's own step at two batch sizes, and a sparse
+  step's rates per non-zero and per parameter;
 - ``startup``: spawning a worker process and its imports, loading a shard from S3;
 - ``gloo``: the iaas-local backend's torchrun group: its start-up, a ring step's latency and bandwidth;
 - ``targets``: which endpoints to probe (local services or a stack's), a stack's start-up;

@@ -34,6 +34,7 @@ from lambdaml.calibrate.compute import (
     measure_codec_passes,
     measure_compute,
     measure_mac_Bps,
+    measure_sparse,
 )
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
@@ -145,9 +146,13 @@ def _compute(probes: Sequence[ComputeProbe], say: Callable[[str], None]) -> Comp
             # A dense model's rate stands for others of its kind (a sparse row's work is its nonzeros).
             gflops[figures.kind] = figures.flops_per_sample / figures.per_sample_s / 1e9
             per_step[figures.runtime] = figures.per_step_s
+    say("compute: a sparse step, per non-zero and per parameter")
+    sparse = measure_sparse()
     add_Bps = measure_add_Bps()
     say("compute: the compressors' passes")
-    return ComputeCalibration(measured, add_Bps, gflops, per_step, measure_codec_passes(add_Bps), measure_mac_Bps())
+    return ComputeCalibration(
+        measured, add_Bps, gflops, per_step, measure_codec_passes(add_Bps), measure_mac_Bps(), sparse
+    )
 
 
 def calibrate(

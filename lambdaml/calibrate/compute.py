@@ -9,7 +9,7 @@ from typing import Any, Required, TypedDict
 
 import numpy as np
 
-from analytic_model.profile import CodecPasses, MeasuredCompute, aws_profile, compute_key
+from analytic_model.profile import CodecPasses, MeasuredCompute, SparseCompute, aws_profile, compute_key
 from lambdaml.arrays import Array
 from lambdaml.calibrate.probing import least_time, median_time, value
 from lambdaml.channels import open_channel
@@ -29,6 +29,7 @@ class ComputeProbe:
     sparse: bool = False
     batch_size: int = 100
     rows: int = 4000
+    nnz_per_row: int = 75  # sparse: words drawn a row (repeats add up, so a row holds a few fewer)
 
 
 class ProbeShape(TypedDict, total=False):
@@ -49,7 +50,7 @@ def _probe_data(probe: ComputeProbe) -> tuple[Any, Array, ProbeShape]:
         y = rng.integers(0, 10, probe.rows).astype(np.float32)
         return X, y, {"n_features": 3072, "n_classes": 10, "sample_shape": [3, 32, 32]}
     if probe.sparse:
-        Xs, y, _ = synthetic.rcv1_like(probe.rows, features=probe.features)
+        Xs, y, _ = synthetic.rcv1_like(probe.rows, features=probe.features, nnz_per_row=probe.nnz_per_row)
         return Xs, y, {"n_features": probe.features, "format": "csr"}
     X, y, _ = synthetic.higgs_like(probe.rows, features=probe.features)
     if probe.model == "mlp":
@@ -129,6 +130,30 @@ def measure_compute(probe: ComputeProbe) -> tuple[str, MeasuredCompute]:
         flops_per_sample=flops,
         kind=info.kind if info else "linear",
         runtime=info.runtime if info else "numpy",
+        nnz_per_row=X.nnz / probe.rows if probe.sparse else 0.0,
+    )
+
+
+#: The sparse probes' shape: RCV1's width, and rows of few and of many non-zeros, then a wider model.
+SPARSE_FEATURES, SPARSE_WIDER = 47_236, 200_000
+SPARSE_FEW, SPARSE_MANY = 20, 300
+
+
+def measure_sparse() -> SparseCompute:
+    """A sparse LR step's rates on CSR rows, through the algorithm's own step (``measure_compute``):
+    per non-zero and per row from rows of few and of many non-zeros at RCV1's width, and per
+    parameter a step from the same rows at a wider model. Each is the slope between two probes,
+    so a rate that the machine's noise pushed below zero is taken as zero."""
+    few = measure_compute(ComputeProbe("lr", SPARSE_FEATURES, True, 100, nnz_per_row=SPARSE_FEW))[1]
+    many = measure_compute(ComputeProbe("lr", SPARSE_FEATURES, True, 100, nnz_per_row=SPARSE_MANY))[1]
+    wide = measure_compute(ComputeProbe("lr", SPARSE_WIDER, True, 100, nnz_per_row=SPARSE_FEW))[1]
+    per_nonzero = max((many.per_sample_s - few.per_sample_s) / (many.nnz_per_row - few.nnz_per_row), 0.0)
+    per_param = max((wide.per_step_s - few.per_step_s) / (SPARSE_WIDER - SPARSE_FEATURES), 0.0)
+    return SparseCompute(
+        per_nonzero_s=per_nonzero,
+        per_row_s=max(few.per_sample_s - per_nonzero * few.nnz_per_row, 0.0),
+        per_param_step_s=per_param,
+        per_step_s=max(few.per_step_s - per_param * (SPARSE_FEATURES + 1), 0.0),
     )
 
 

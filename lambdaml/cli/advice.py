@@ -9,11 +9,14 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lambdaml.cli.output import _print_advice, _print_profile, console, print_json, progress
 from lambdaml.cli.parser import split_names
 from lambdaml.errors import ConfigError
+
+if TYPE_CHECKING:  # the model loads with the command that uses it
+    from analytic_model.cache_billing import CacheBilling
 
 
 def _names(text: str, what: str) -> list[str]:
@@ -133,17 +136,10 @@ def advise_options(args: argparse.Namespace) -> None:
             raise ConfigError(f"lambdaml advise: --{name} is required (or --job JOB.yaml, which gives it)")
 
 
-def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> float:
-    """``--dataset-bytes`` as given (the binary shards' size), or the shards' size computed from the data's shape."""
-    from analytic_model.shard_size import binary_dataset_bytes
-    from lambdaml.cli.arguments import parse_bytes
-
-    if args.dataset_bytes is not None:
-        if args.nnz is not None or args.density is not None:
-            raise ConfigError("--nnz and --density size the data when --dataset-bytes does not; give one or the other")
-        return parse_bytes(args.dataset_bytes, "--dataset-bytes")
-    if features < 1:
-        raise ConfigError(f"give --features (float32 values a row) or --dataset-bytes to size {args.model}'s data")
+def nnz_of(args: argparse.Namespace, samples: int, features: int) -> int | None:
+    """The training rows' non-zeros from ``--nnz`` or ``--density`` (None: neither given)."""
+    if (args.nnz is not None or args.density is not None) and not args.sparse:
+        raise ConfigError("--nnz and --density go with --sparse; sparse data needs one of them (or --dataset-bytes)")
     nnz: int | None = None
     if args.nnz is not None:
         nnz = int(_number(args.nnz, "nnz", integer=True))
@@ -152,6 +148,19 @@ def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> f
         if density > 1:
             raise ConfigError(f"--density is a fraction of the features, at most 1, got {args.density!r}")
         nnz = round(density * samples * features)
+    return nnz
+
+
+def dataset_bytes_of(args: argparse.Namespace, samples: int, features: int) -> float:
+    """``--dataset-bytes`` as given (the binary shards' size), or the shards' size computed from the data's shape."""
+    from analytic_model.shard_size import binary_dataset_bytes
+    from lambdaml.cli.arguments import parse_bytes
+
+    nnz = nnz_of(args, samples, features)  # with --dataset-bytes, the non-zeros price the compute alone
+    if args.dataset_bytes is not None:
+        return parse_bytes(args.dataset_bytes, "--dataset-bytes")
+    if features < 1:
+        raise ConfigError(f"give --features (float32 values a row) or --dataset-bytes to size {args.model}'s data")
     if (nnz is not None) != bool(args.sparse):
         raise ConfigError("--nnz and --density go with --sparse; sparse data needs one of them (or --dataset-bytes)")
     return float(binary_dataset_bytes(samples, features, nnz=nnz))
@@ -180,6 +189,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         epochs = _number(args.epochs, "epochs")
     features = 0 if args.features == "0" else int(_number(args.features, "features", integer=True))
     samples = int(_number(args.samples, "samples", integer=True))
+    nnz = nnz_of(args, samples, features)
     return Workload(
         model=args.model,
         dataset_bytes=dataset_bytes_of(args, samples, features),
@@ -195,6 +205,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         local_epochs=int(_number(args.local_epochs, "local-epochs", integer=True)),
         optimizer=args.optimizer,
         sparse=args.sparse,
+        nnz_per_row=None if nnz is None else nnz / samples,
         classes=int(_number(args.classes, "classes", integer=True)),
         compression=args.compression,
         levels=int(_number(args.levels, "levels", integer=True)),
@@ -217,6 +228,14 @@ def _whole(text: str, what: str) -> int:
     return int(value)
 
 
+def _cache_billing(args: argparse.Namespace) -> CacheBilling:
+    """How a cache channel is billed, from --cache-pricing, --cache-hours and --cache-engine."""
+    from analytic_model.cache_billing import CacheBilling
+
+    hours = _number(args.cache_hours, "cache-hours") if args.cache_hours is not None else None
+    return CacheBilling(pricing=args.cache_pricing, hours=hours, engine=args.cache_engine)
+
+
 def cmd_advise(args: argparse.Namespace) -> int:
     from analytic_model import advise, load_profile
 
@@ -233,6 +252,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         region=args.region,
         cache_node=args.cache_node,
         architecture=args.arch,
+        cache=_cache_billing(args),
     )
     plot = advice.plot(args.plot) if args.plot else None
     if args.output == "json":

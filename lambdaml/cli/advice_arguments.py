@@ -63,7 +63,9 @@ def add_advisor_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     advise.add_argument("--flops-per-sample", default=None, help="training flops per sample (overrides)")
     advise.add_argument("--k", default=None, help="kmeans clusters (default: 8)")
     advise.add_argument(
-        "--sparse", action="store_true", help="sparse rows: CSR shards (sized by --nnz or --density), sparse timing"
+        "--sparse",
+        action="store_true",
+        help="sparse rows: CSR shards, a step priced by their non-zeros (--nnz or --density; from --job's manifest)",
     )
     advise.add_argument(
         "--algorithm",
@@ -122,6 +124,25 @@ def add_advisor_parsers(commands: argparse._SubParsersAction[Any]) -> None:
         "(default: %(default)s)",
     )
     advise.add_argument("--cache-node", default=None, help="ElastiCache node type for a cache channel")
+    advise.add_argument(
+        "--cache-pricing",
+        choices=("node", "serverless", "share"),
+        default="node",
+        help="how a cache channel is billed: node (per node-hour for its lifetime), serverless (ElastiCache "
+        "Serverless: ECPUs and GB-hours stored, with its minimum) or share (only the job's node-seconds of a "
+        "stack's cluster that is there anyway) (default: %(default)s)",
+    )
+    advise.add_argument(
+        "--cache-hours",
+        default=None,
+        help="the cache's lifetime in hours (default: the job's time rounded up to the hour)",
+    )
+    advise.add_argument(
+        "--cache-engine",
+        choices=("redis", "valkey"),
+        default="redis",
+        help="a Redis channel's ElastiCache engine: valkey costs less (default: %(default)s)",
+    )
     advise.add_argument("--profile", default=None, help="a profile file or name from 'lambdaml calibrate'")
     plot_arg(advise, "cost against time", "advice.png")
     output_args(advise)
@@ -136,5 +157,11 @@ def add_advisor_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     )
     advise.add_argument("--classes", default=None, help="classes of the labels (softmax, multiclass_svm; default: 2)")
     sparsity = advise.add_mutually_exclusive_group()
-    sparsity.add_argument("--nnz", default=None, help="with --sparse: non-zero features in all training rows")
-    sparsity.add_argument("--density", default=None, help="with --sparse: the fraction of features that are non-zero")
+    sparsity.add_argument(
+        "--nnz",
+        default=None,
+        help="with --sparse: non-zero features in all training rows (size the data and the compute)",
+    )
+    sparsity.add_argument(
+        "--density", default=None, help="with --sparse: the fraction of features that are non-zero (as --nnz)"
+    )

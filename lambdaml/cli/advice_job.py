@@ -5,8 +5,9 @@ the algorithm's settings, the workers and Lambda memory where the file sets them
 channel, pattern and instance type; its protocol and compression for ``--protocol`` and
 ``--compression``, where the advisor has them) and, unless the flags already
 size the data, from the dataset's manifest in the job's storage: training rows, features,
-classes, whether it is sparse, and the bytes of its shards (what workers really hold; where
-the flags change the rows or features, the bytes are computed for those instead).
+classes, whether it is sparse and its density (a CSR shard's bytes count its non-zeros), and the
+bytes of its shards (what workers really hold; where the flags change the rows, features or
+non-zeros, the bytes are computed for those instead).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from analytic_model.shard_size import nnz_of_shards
 from lambdaml import catalogue
 from lambdaml.config import JobSpec, parse_job, read_job_file
 from lambdaml.config.algorithm import LocalTrainingSpec
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: The flags that say what the data is; given both, the manifest is not read (its bytes would not apply).
 DATA_FLAGS = ("samples", "features")
+#: The flags that give sparse data's non-zeros (the manifest's: from its CSR shards' bytes).
+SPARSITY_FLAGS = ("nnz", "density")
 
 
 def _fill(args: argparse.Namespace, name: str, value: Any) -> None:
@@ -90,13 +94,19 @@ def manifest_options(job: JobSpec) -> dict[str, str | bool]:
             "--features instead (with --classes for a multiclass dataset, --sparse --nnz N for a sparse one)"
         ) from None
     log.info("dataset %s version %s: %d rows", manifest.name, manifest.dataset_version, manifest.train_rows)
-    return {
+    found: dict[str, str | bool] = {
         "samples": str(manifest.train_rows),
         "features": str(manifest.n_features),
         "classes": str(manifest.n_classes),
         "dataset_bytes": str(sum(manifest.shard_bytes)),
         "sparse": manifest.format == "csr",
     }
+    if manifest.format == "csr":  # the non-zeros price a sparse step: its shards' bytes hold them
+        nnz = sum(
+            map(nnz_of_shards, manifest.shard_bytes, manifest.shard_rows, [manifest.n_features] * manifest.shards)
+        )
+        found["density"] = repr(max(nnz, 1) / (manifest.train_rows * manifest.n_features))
+    return found
 
 
 def apply_job(args: argparse.Namespace) -> None:
@@ -110,11 +120,14 @@ def apply_job(args: argparse.Namespace) -> None:
         args.epochs = str(job.algorithm.epochs)
     if all(getattr(args, name) is not None for name in DATA_FLAGS):
         return
-    reshaped = any(getattr(args, name) is not None for name in DATA_FLAGS)  # a what-if on other data
+    # A what-if on other data: other rows, features or non-zeros.
+    reshaped = any(getattr(args, name) is not None for name in (*DATA_FLAGS, *SPARSITY_FLAGS))
     found = manifest_options(job)
     if found.pop("sparse"):
-        args.sparse = True  # CSR shards: sparse timing
+        args.sparse = True  # CSR shards: a step priced by their non-zeros
     if reshaped:  # the shards' bytes are of the rows and features the manifest counts, not these
         del found["dataset_bytes"]
+    if any(getattr(args, name) is not None for name in SPARSITY_FLAGS):
+        found.pop("density", None)  # the user's non-zeros, not the manifest's
     for name, figure in found.items():
         _fill(args, name, figure)

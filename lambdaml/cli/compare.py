@@ -2,7 +2,9 @@
 
 Any result record works (local FaaS, Lambda, iaas-local, an EC2 cluster), so a FaaS run
 and its IaaS baseline read the same way. Ratios are against the first result given: of wall
-time and billed cost, what a user waits for and pays.
+time and billed cost, what a user waits for and pays. Runs that recorded the cost model's
+prediction get a third table: the measured time and cost over the predicted, and whether each
+fell in the predicted range.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from lambdaml.cli.output import new_table
 from lambdaml.errors import ConfigError, brief
+from lambdaml.runtime.prediction_record import prediction_error
 from lambdaml.runtime.reports import JobResult, read_result_file
 
 if TYPE_CHECKING:
@@ -110,12 +113,18 @@ class Summary:
     accuracy: float | None
     wall_ratio: float = 1.0
     cost_ratio: float | None = None
+    # Against the prediction the run recorded (None: it has none): measured over predicted.
+    predicted_s: float | None = None
+    time_vs_predicted: float | None = None
+    cost_vs_predicted: float | None = None
+    time_in_predicted_range: bool | None = None
 
 
 def summary(result: JobResult, label: str | None = None) -> Summary:
     """One run's row; ``label`` as ``labels`` names it among the runs compared (alone, by default)."""
     curve = result.loss_curve
     breakdown = {k: statistics.mean(getattr(w.times, k) for w in result.workers) for k in _BREAKDOWN}
+    error = prediction_error(result)
     return Summary(
         label=label or labels([result])[0],
         wall_s=result.wall_time_s,
@@ -125,6 +134,10 @@ def summary(result: JobResult, label: str | None = None) -> Summary:
         dollars=result.cost["total_dollars"],
         loss=curve[-1].loss,
         accuracy=result.test_accuracy,
+        predicted_s=None if result.prediction is None else result.prediction.time_s,
+        time_vs_predicted=None if error is None else error.time_ratio,
+        cost_vs_predicted=None if error is None else error.cost_ratio,
+        time_in_predicted_range=None if error is None else error.time_in_range,
     )
 
 
@@ -165,7 +178,34 @@ def comparison_tables(results: Sequence[JobResult]) -> list[Table]:
             f"{row.loss:.5f}",
             "-" if row.accuracy is None else f"{row.accuracy:.4f}",
         )
+    if any(r.prediction is not None for r in results):
+        return [times, outcome, prediction_table(results, rows)]
     return [times, outcome]
+
+
+def prediction_table(results: Sequence[JobResult], rows: Sequence[Summary]) -> Table:
+    """Each run against the cost model's prediction it recorded: a run without one says so."""
+    from analytic_model.advisor import format_money, format_time
+
+    table = new_table(
+        "measured against predicted (x: measured over predicted)",
+        ("run", "predicted", "range", "time x", "cost x", "in range"),
+    )
+    for result, row in zip(results, rows, strict=True):
+        p, error = result.prediction, prediction_error(result)
+        # What fell within its predicted range: time, cost, both or neither.
+        if p is None or error is None:
+            table.add_row(row.label, "no prediction", "-", "-", "-", "-")
+            continue
+        table.add_row(
+            row.label,
+            f"{format_time(p.time_s)} {format_money(p.cost)}",
+            f"{format_time(p.time_low_s)}-{format_time(p.time_high_s)}",
+            f"{error.time_ratio:.2f}",
+            "-" if error.cost_ratio is None else f"{error.cost_ratio:.2f}",
+            ", ".join(n for n, ok in (("time", error.time_in_range), ("cost", error.cost_in_range)) if ok) or "neither",
+        )
+    return table
 
 
 def comparison_json(results: Sequence[JobResult]) -> list[dict[str, object]]:

@@ -8,6 +8,7 @@ marker (``cancel``).
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -24,13 +25,16 @@ from lambdaml.cli.output import (
     progress,
     status_table,
 )
-from lambdaml.errors import ConfigError
+from lambdaml.errors import ConfigError, LambdaMLError
 
 if TYPE_CHECKING:
     from lambdaml.backends.base import WorkerProgress
     from lambdaml.runtime.heartbeat import HeartbeatRecord
     from lambdaml.runtime.machine_jobs import MachineJob, MachineJobSummary
+    from lambdaml.runtime.prediction_record import PredictionError
     from lambdaml.runtime.reports import JobResult
+
+log = logging.getLogger(__name__)
 
 #: How long ``status`` waits for a running job's store to answer (its heartbeats are a detail).
 _HEARTBEATS_WAIT_S = 2.0
@@ -336,11 +340,32 @@ def jobs_here(args: argparse.Namespace) -> int:
     for problem in registry.refused:
         errors.print(f"warning: {problem}; left out")
     where = f"this machine ({shown(registry.root)})"
+    errors_of = {job.job_id: against_prediction(job) for job in found}
     if args.output == "json":
-        print_json([job.summary(now) for job in found])
+        print_json([{**job.summary(now), "time_vs_predicted": _ratio(errors_of[job.job_id])} for job in found])
     elif found:
         progress.print(f"jobs run on {where}:")
-        console.print(jobs_table([job.record.summary(now) for job in found], now=now))
+        shown_errors = {job_id: "-" if e is None else e.describe() for job_id, e in errors_of.items()}
+        console.print(jobs_table([job.record.summary(now) for job in found], now=now, predicted=shown_errors))
     else:
         console.print("no jobs" + (f" {args.state}" if args.state else "") + f" run on {where}")
     return 0
+
+
+def against_prediction(job: MachineJob) -> PredictionError | None:
+    """A succeeded job's measured time against the prediction it ran under (its result file, else the
+    copy kept here); None where it has no result or no prediction, or its result does not read."""
+    from lambdaml.runtime.prediction_record import prediction_error
+    from lambdaml.runtime.reports import read_result_file
+
+    try:
+        result = read_result_file(job.result_path) if job.result_path else job.result()
+    except LambdaMLError as exc:  # a result file moved or damaged since: the listing goes on
+        log.debug("job %s: result not read: %s", job.job_id, exc)
+        result = None
+    return None if result is None else prediction_error(result)
+
+
+def _ratio(error: PredictionError | None) -> float | None:
+    """The measured time over the predicted, as ``jobs --output json`` prints it."""
+    return None if error is None else error.time_ratio

@@ -30,6 +30,18 @@ def add_train_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     )
     train.add_argument("--workers", type=int, default=None, help="override the job file's worker count")
     train.add_argument(
+        "--deadline",
+        default=None,
+        metavar="TIME",
+        help="with workers: auto, the cheapest worker count whose predicted upper time meets it (e.g. 90s, 10m)",
+    )
+    train.add_argument(
+        "--budget",
+        default=None,
+        metavar="DOLLARS",
+        help="with workers: auto, the fastest worker count whose predicted upper cost fits it (e.g. 0.50)",
+    )
+    train.add_argument(
         "--mlflow",
         default=None,
         metavar="URI",

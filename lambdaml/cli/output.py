@@ -344,12 +344,14 @@ def status_table(status: WorkerProgress) -> Table:
     return table
 
 
-def jobs_table(summaries: Sequence[JobSummary], *, now: float) -> Table:
+def jobs_table(summaries: Sequence[JobSummary], *, now: float, predicted: Mapping[str, str] | None = None) -> Table:
     """Jobs newest first: state, attempts, how long ago each began, how long it ran, and its cost once known
-    (``~``: a job that ended without a result, its cost estimated from its workers' run time)."""
+    (``~``: a job that ended without a result, its cost estimated from its workers' run time); with
+    ``predicted`` (job id: its measured time over the time predicted before it ran), that too."""
     from analytic_model.advisor import format_time
 
-    table = new_table("jobs", ("job", "state", "try", "age", "took", "cost"), left=2)
+    columns = ("job", "state", "try", "age", "took", "cost") + (() if predicted is None else ("x pred",))
+    table = new_table("jobs", columns, left=2)
     for s in summaries:
         table.add_row(
             s["job_id"],
@@ -358,6 +360,7 @@ def jobs_table(summaries: Sequence[JobSummary], *, now: float) -> Table:
             format_time(max(0.0, now - s["created_at"])),
             format_time(s["duration_s"]),
             cost_text(s.get("cost_dollars"), s.get("cost_estimated")),
+            *(() if predicted is None else (predicted.get(s["job_id"], "-"),)),
         )
     if any(s.get("cost_estimated") and s["cost_dollars"] is not None for s in summaries):
         # Under the table, whole: a caption would wrap to a narrow table's width.

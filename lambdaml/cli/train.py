@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -14,13 +15,16 @@ from lambdaml.cli.output import console, errors, one_line, plural, print_json, p
 from lambdaml.errors import ConfigError, LambdaMLError
 
 if TYPE_CHECKING:
+    from lambdaml.planning import Choice, Goal
+    from lambdaml.runtime.prediction_record import RanUnder
     from lambdaml.runtime.reports import JobResult
     from lambdaml.tracking import TrackedRun
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lambdaml.config import load_job, parse_job, read_job_file
+    from lambdaml.config import parse_job, read_job_file
     from lambdaml.driver import backend_for
+    from lambdaml.planning import parse_goal
     from lambdaml.runtime.start import new_job_id
     from lambdaml.tracking import require_tracker
 
@@ -32,6 +36,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.stack and args.backend is not None:  # a stack's job runs on the stack's functions, never here
         raise ConfigError(f"--backend {args.backend} and --stack conflict: a stack's job runs on its Lambda functions")
     job_id, resume = (args.resume, True) if args.resume else (args.job_id, False)
+    goal = parse_goal(args.deadline, args.budget)
+    if goal is not None and args.workers is not None:
+        raise ConfigError(f"--workers and --{goal.kind} conflict: the {goal.kind} chooses the worker count")
+    chosen: Choice | None = None
     backend: Any
     if args.stack:
         from lambdaml.backends.stack import StackBackend, bind, resolve_stack
@@ -42,11 +50,19 @@ def cmd_train(args: argparse.Namespace) -> int:
             job_file["workers"] = args.workers
         if args.mlflow is not None and isinstance(job_file, dict):
             job_file["tracking"] = {**(job_file.get("tracking") or {}), "mlflow": args.mlflow}
+        if goal is not None:
+            chosen = choose(goal, job_file, lambda raw: bind(raw, stack), StackBackend.name, stack=stack.name)
+            job_file["workers"] = chosen.workers
         job = bind(job_file, stack)
         require_tracker(job)  # before any worker starts, on every path: stack, detach, local
         backend = StackBackend(stack)
     else:
-        job = load_job(args.job)
+        job_file = read_job_file(args.job)
+        if goal is not None:
+            name = args.backend or "local"
+            chosen = choose(goal, job_file, lambda raw: parse_job(raw, str(args.job)), name)
+            job_file["workers"] = chosen.workers
+        job = parse_job(job_file, str(args.job))
         if args.workers is not None:
             job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
         if args.mlflow is not None:
@@ -55,12 +71,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         require_tracker(job)
         backend = backend_for(args.backend or "local", job)
     job_id = job_id or new_job_id(job.name)
+    under = None if chosen is None else chosen.ran_under()
     if args.detach:
         return detach(backend, backend.launch(job, job_id=job_id, resume=resume), args)
     if args.stack:
-        return train_on_stack(job, backend, job_id=job_id, resume=resume, args=args)
+        return train_on_stack(job, backend, job_id=job_id, resume=resume, args=args, under=under)
     try:
-        result = train(job, backend, job_id=job_id, resume=resume, results_dir=args.results_dir)
+        result = train(job, backend, job_id=job_id, resume=resume, results_dir=args.results_dir, under=under)
     except KeyboardInterrupt:
         errors.print(
             f"interrupted: job {job_id} stopped; continue it with: lambdaml train {args.job} --resume {job_id}"
@@ -69,11 +86,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     return report(result, args.output)
 
 
-def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: argparse.Namespace) -> int:
+def choose(goal: Goal, job_file: Any, bind: Callable[[Any], Any], backend: str, *, stack: str | None = None) -> Choice:
+    """The worker count for a deadline or a budget (``lambdaml.planning``), said in one line before
+    any worker starts; a job file that does not leave the count to the model is one line too."""
+    from lambdaml.planning import choose_workers, wants_choice
+
+    if not wants_choice(job_file):
+        raise ConfigError(f"--{goal.kind} chooses the worker count: set workers: auto in the job file")
+    chosen = choose_workers(job_file, goal, lambda count: bind({**job_file, "workers": count}), backend, stack=stack)
+    progress.print(chosen.describe())
+    return chosen
+
+
+def train_on_stack(
+    job: Any, backend: Any, *, job_id: str, resume: bool, args: argparse.Namespace, under: RanUnder | None = None
+) -> int:
     """Start a stack's job and follow it; Ctrl-C while starting says so, since the job may or may not exist yet.
 
     Nothing is printed before the coordinator took the job: a job it refuses gets its error alone.
     """
+    under = under or predicted(job, backend)
     try:
         run = backend.launch(job, job_id=job_id, resume=resume)
     except KeyboardInterrupt:
@@ -83,8 +115,9 @@ def train_on_stack(job: Any, backend: Any, *, job_id: str, resume: bool, args: a
         )
         return 130
     announce(job, backend, job_id, "resuming" if resume else "job")
+    say_unpredicted(under)
     try:
-        result = follow(backend, run, results_dir=args.results_dir)
+        result = follow(backend, run, results_dir=args.results_dir, ran_under=under)
     except KeyboardInterrupt:
         return interrupted(backend, job_id, args)
     return report(result, args.output)
@@ -151,8 +184,26 @@ def report(result: JobResult, output: str) -> int:
     if output == "json":
         print_json(result.to_json())
     else:
+        from lambdaml.runtime.prediction_record import measured_against_predicted
+
         print_result(result)
+        if result.prediction is not None and not progress.quiet:  # a detail, as the per-worker table is
+            console.print(measured_against_predicted(result))
     return 0
+
+
+def predicted(job: Any, backend: Any) -> RanUnder:
+    """The cost model's prediction of the job, made before it starts (``lambdaml.driver.predict``)."""
+    from lambdaml.driver import predict
+
+    return predict(job, backend)
+
+
+def say_unpredicted(under: RanUnder) -> None:
+    """Once the job has started (one refused at its start gets its error alone): that the model could
+    not predict it, and why; the job runs all the same."""
+    if under.prediction is None:  # a progress line: -q leaves it out, as it does the epochs
+        progress.print(f"note: {under.describe()}")
 
 
 def announce(job: Any, backend: Any, job_id: str, verb: str) -> None:
@@ -174,7 +225,7 @@ def tracked_printer(run: TrackedRun) -> None:
     progress.print(run.describe())
 
 
-def follow(backend: Any, run: Any, *, results_dir: str | None) -> JobResult:
+def follow(backend: Any, run: Any, *, results_dir: str | None, ran_under: RanUnder | None = None) -> JobResult:
     """Follow a launched run to its result, showing its epochs and progress meanwhile."""
     from lambdaml.cli.progress import progress_of
     from lambdaml.driver import follow_job
@@ -187,14 +238,25 @@ def follow(backend: Any, run: Any, *, results_dir: str | None) -> JobResult:
             on_progress=shown.steps,
             results_dir=results_dir,
             on_tracked=tracked_printer,
+            ran_under=ran_under,
         )
 
 
-def train(job: Any, backend: Any, *, job_id: str, resume: bool = False, results_dir: str | None) -> JobResult:
+def train(
+    job: Any,
+    backend: Any,
+    *,
+    job_id: str,
+    resume: bool = False,
+    results_dir: str | None,
+    under: RanUnder | None = None,
+) -> JobResult:
     """Start a job (any backend) and follow it to its result, printing its epochs and progress.
 
     Nothing is printed before the job started: a job refused by the backend's checks gets its error alone.
     """
+    under = under or predicted(job, backend)  # before any worker starts (a chosen job's: its choice)
     run = backend.launch(job, job_id=job_id, resume=resume)
     announce(job, backend, job_id, "resuming" if resume else "job")
-    return follow(backend, run, results_dir=results_dir)
+    say_unpredicted(under)
+    return follow(backend, run, results_dir=results_dir, ran_under=under)

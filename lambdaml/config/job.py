@@ -115,6 +115,10 @@ class TrackingSpec(Spec):
     _no_credentials = model_validator(mode="before")(refuse_tracking_credentials)
 
 
+#: A job file's ``workers`` that the cost model chooses (``train --deadline`` / ``--budget``).
+AUTO_WORKERS = "auto"
+
+
 class JobSpec(Spec):
     """A whole training job, as written in a job file."""
 
@@ -130,6 +134,15 @@ class JobSpec(Spec):
     runtime: RuntimeSpec = RuntimeSpec()
     iaas: IaaSSpec = IaaSSpec()
     tracking: TrackingSpec | None = None  # left out of the job's identity (records.spec_hash)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _counted(cls, workers: object) -> object:
+        # ``auto`` is a job file's word for "let the cost model choose": ``train --deadline`` or
+        # ``--budget`` replaces it with a count before the job is validated (lambdaml.planning).
+        if workers == AUTO_WORKERS:
+            raise ValueError("auto is chosen by 'lambdaml train --deadline D' or '--budget B'; give a count otherwise")
+        return workers
 
     @field_validator("name")
     @classmethod

@@ -348,6 +348,22 @@ class LossPoint(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PredictedRun(Record):
+    """What the cost model predicted for a job before it started, and from which profile."""
+
+    configuration: str  # the prediction's label: platform, workers, channel or instance, memory
+    profile: str  # the figures it used: a calibrated profile's path, or the shipped AWS defaults
+    time_s: float
+    time_low_s: float
+    time_high_s: float
+    cost: float
+    cost_low: float
+    cost_high: float
+    # What the configuration was chosen for (``train --deadline`` / ``--budget``); None: as the job gave it.
+    chosen_for: str | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobResult(Record):
     """A finished job: where its model is, its loss curve and test scores, each rank's breakdown, its cost."""
 
@@ -377,6 +393,10 @@ class JobResult(Record):
     trial_round_s: dict[str, float] | None = field(default=None, metadata=OPTIONAL)  # as rank 0's report says
     # A resumed job's wall time over all its attempts, this one's included.
     attempts_wall_time_s: float | None = field(default=None, metadata=OPTIONAL)
+    # The cost model's prediction the job ran under; where none could be made, why not (a result
+    # written before predictions were recorded has neither: "no prediction").
+    prediction: PredictedRun | None = field(default=None, metadata=OPTIONAL)
+    unpredicted: str | None = field(default=None, metadata=OPTIONAL)
     # Where save_result wrote the record (the file itself does not say).
     result_path: str | None = field(default=None, metadata=OPTIONAL)
 
