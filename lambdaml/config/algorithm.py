@@ -16,9 +16,8 @@ from typing import Any, Self, cast
 from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
 
 from lambdaml import catalogue
-from lambdaml.config.base import Spec, known_name
+from lambdaml.config.base import Spec, SpecModels, known_name
 from lambdaml.errors import ConfigError
-from lambdaml.registry import Registry
 
 
 class CompressionSpec(Spec):
@@ -37,33 +36,9 @@ class CompressionSpec(Spec):
         return known_name(catalogue.COMPRESSORS, "compressor", name)
 
 
-_SPEC_MODELS: Registry[type[AlgorithmSpec]] = Registry("algorithm spec")
-
-
 def spec_model(name: str) -> type[AlgorithmSpec]:
     """The hyperparameters' model of the algorithm called ``name`` (loaded from its description's path)."""
-    info = catalogue.algorithm(name)
-    if name not in _SPEC_MODELS:
-        _SPEC_MODELS.register(name, info.spec)
-    model = _SPEC_MODELS.get(name)
-    if not (isinstance(model, type) and issubclass(model, AlgorithmSpec)):
-        raise ConfigError(f"algorithm {name!r}: its spec {info.spec!r} is not an AlgorithmSpec")
-    return model
-
-
-def _named_model(cls: type[AlgorithmSpec], data: object) -> type[AlgorithmSpec]:
-    """The model to validate ``data`` with as ``cls``: the named algorithm's, where that is a subclass of ``cls``.
-
-    A name that is unknown, or whose model cannot be loaded, gives ``cls``: validating reports it.
-    """
-    name = data.get("name", cls.model_fields["name"].default) if isinstance(data, dict) else None
-    if not isinstance(name, str):
-        return cls
-    try:
-        model = spec_model(name)
-    except ConfigError:
-        return cls
-    return model if issubclass(model, cls) else cls
+    return SPEC_MODELS.model(name)
 
 
 #: The fields the flat spec of earlier versions (one model for every algorithm) held that only some
@@ -91,17 +66,12 @@ class AlgorithmSpec(Spec):
 
     def __new__(cls, *args: Any, **data: Any) -> Self:
         """``AlgorithmSpec(name="admm", rho=1.0)`` is an ``ADMMSpec``, as the same mapping in a job file is."""
-        return cast(Self, super().__new__(_named_model(cls, data)))
+        return cast(Self, super().__new__(SPEC_MODELS.for_data(cls, data)))
 
     @model_validator(mode="wrap")
     @classmethod
     def _as_named_model(cls, data: Any, handler: ModelWrapValidatorHandler[AlgorithmSpec]) -> AlgorithmSpec:
-        model = _named_model(cls, data)
-        if isinstance(data, dict):
-            data = _without_others_fields(model, data)
-        if model is not cls:
-            return model.model_validate(data)
-        return handler(data)
+        return SPEC_MODELS.validate(cls, data, handler, _without_others_fields)
 
     @field_validator("name")
     @classmethod
@@ -146,6 +116,9 @@ class AlgorithmSpec(Spec):
         if self.compression is None and catalogue.algorithm(self.name).compression == "required":
             return CompressionSpec()
         return self.compression
+
+
+SPEC_MODELS: SpecModels[AlgorithmSpec] = SpecModels("algorithm", "name", AlgorithmSpec, catalogue.algorithm)
 
 
 class LocalTrainingSpec(AlgorithmSpec):

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, Self, cast
 from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
 
 from lambdaml import catalogue
-from lambdaml.config.base import Spec, known_name, refuse_literal_secrets
+from lambdaml.config.base import Spec, SpecModels, known_name, refuse_literal_secrets
 from lambdaml.config.urls import checked_endpoint_url, refuse_url_credentials
 from lambdaml.errors import ConfigError
-from lambdaml.registry import Registry
 
 #: A channel kind: any name the catalogue knows (``catalogue.CHANNELS``).
 ChannelKind = str
@@ -51,33 +50,9 @@ class AuthSpec(Spec):
         return self
 
 
-_SPEC_MODELS: Registry[type[ChannelSpec]] = Registry("channel spec")
-
-
 def spec_model(kind: str) -> type[ChannelSpec]:
     """The job-file model of the channel kind ``kind`` (loaded from its description's path)."""
-    info = catalogue.channel(kind)
-    if kind not in _SPEC_MODELS:
-        _SPEC_MODELS.register(kind, info.spec)
-    model = _SPEC_MODELS.get(kind)
-    if not (isinstance(model, type) and issubclass(model, ChannelSpec)):
-        raise ConfigError(f"channel {kind!r}: its spec {info.spec!r} is not a ChannelSpec")
-    return model
-
-
-def _kind_model(cls: type[ChannelSpec], data: object) -> type[ChannelSpec]:
-    """The model to validate ``data`` with as ``cls``: the named kind's, where that is a subclass of ``cls``.
-
-    A kind that is unknown, or whose model cannot be loaded, gives ``cls``: validating reports it.
-    """
-    kind = data.get("kind", cls.model_fields["kind"].default) if isinstance(data, dict) else None
-    if not isinstance(kind, str):
-        return cls
-    try:
-        model = spec_model(kind)
-    except ConfigError:
-        return cls
-    return model if issubclass(model, cls) else cls
+    return SPEC_MODELS.model(kind)
 
 
 #: The fields the one model of earlier versions held for every kind, with their defaults. It took
@@ -134,7 +109,7 @@ class ChannelSpec(Spec):
 
     def __new__(cls, *args: Any, **data: Any) -> Self:
         """``ChannelSpec(kind="redis", port=6380)`` is a Redis spec, as the same mapping in a job file is."""
-        return cast(Self, super().__new__(_kind_model(cls, data)))
+        return cast(Self, super().__new__(SPEC_MODELS.for_data(cls, data)))
 
     def __init__(self, **data: Any) -> None:  # any kind's fields: checked by the model of the kind named
         super().__init__(**data)
@@ -142,12 +117,7 @@ class ChannelSpec(Spec):
     @model_validator(mode="wrap")
     @classmethod
     def _as_kind_model(cls, data: Any, handler: ModelWrapValidatorHandler[ChannelSpec]) -> ChannelSpec:
-        model = _kind_model(cls, data)
-        if isinstance(data, dict):
-            data = _without_others_fields(model, data)
-        if model is not cls:
-            return model.model_validate(data)
-        return handler(data)
+        return SPEC_MODELS.validate(cls, data, handler, _without_others_fields)
 
     if not TYPE_CHECKING:  # lambdaml's own code reads only its kind's fields: mypy holds it to them
 
@@ -194,6 +164,9 @@ class ChannelSpec(Spec):
     def place(self) -> str:
         """Where its store is, in a few words (a bucket, a table, host:port)."""
         return self.kind
+
+
+SPEC_MODELS: SpecModels[ChannelSpec] = SpecModels("channel", "kind", ChannelSpec, catalogue.channel)
 
 
 class AwsServiceSpec(ChannelSpec):
