@@ -16,11 +16,12 @@ import pytest
 from analytic_model.profile import PROFILE_VERSION
 from lambdaml import keys
 from lambdaml.channels import Channel
-from lambdaml.config import ChannelSpec, JobSpec
-from lambdaml.data import shards
+from lambdaml.config import ChannelSpec, JobSpec, StorageSpec
+from lambdaml.data import shards, synthetic
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.models import MODELS, Model
 from lambdaml.runtime.records import Attempt
+from lambdaml.storage import open_storage
 
 CHANNEL_KINDS = ["memory", "s3", "redis", "memcached", "dynamodb"]
 
@@ -37,6 +38,16 @@ class Services:
 def unique_name(stem: str = "comm") -> str:
     """A fresh bucket/table/prefix name, so tests never see each other's keys."""
     return f"{stem}-{uuid4().hex[:8]}"
+
+
+def small_dataset_bucket(moto_url: str, shards_count: int = 2) -> StorageSpec:
+    """A fresh moto bucket holding "small": 400 Higgs-like rows in ``shards_count`` shards."""
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    X, y, _ = synthetic.higgs_like(400, seed=0)
+    shards.prepare(store, "small", X, y, shards=shards_count)
+    return spec
 
 
 def unsure_profile(directory: Path) -> Path:

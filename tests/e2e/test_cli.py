@@ -13,10 +13,8 @@ import pytest
 import yaml
 
 from lambdaml.config import StorageSpec
-from lambdaml.data import shards, synthetic
 from lambdaml.local.services import free_port
-from lambdaml.storage import open_storage
-from tests.helpers import Services, unique_name
+from tests.helpers import Services, small_dataset_bucket
 
 
 def lambdaml(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,12 +25,7 @@ def lambdaml(*args: str, timeout: float = 120, cwd: Path | None = None) -> subpr
 
 @pytest.fixture(scope="module")
 def small_dataset(services: Services) -> StorageSpec:
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=services.moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(400, seed=0)
-    shards.prepare(store, "small", X, y, shards=2)
-    return spec
+    return small_dataset_bucket(services.moto_url)
 
 
 def job_file(tmp_path: Path, storage: StorageSpec, services: Services, **changes: Any) -> Path:

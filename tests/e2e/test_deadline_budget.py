@@ -17,13 +17,12 @@ import yaml
 
 from analytic_model import aws_profile
 from lambdaml.config import StorageSpec, parse_job
-from lambdaml.data import shards, synthetic
 from lambdaml.data.shards import read_manifest
 from lambdaml.planning import Goal, choose_workers, parse_goal
 from lambdaml.runtime.prediction_record import predict_job, workload_of
 from lambdaml.storage import open_storage
 from tests.e2e.test_prediction_record import User
-from tests.helpers import unique_name
+from tests.helpers import small_dataset_bucket, unique_name
 
 SHARDS = 4  # worker counts 1, 2 and 4 split it evenly
 
@@ -35,12 +34,7 @@ def user(tmp_path: Path) -> User:
 
 @pytest.fixture(scope="module")
 def storage(moto_url: str) -> StorageSpec:
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(400, seed=0)
-    shards.prepare(store, "small", X, y, shards=SHARDS)
-    return spec
+    return small_dataset_bucket(moto_url, SHARDS)
 
 
 def auto_job(user: User, storage: StorageSpec, **changes: object) -> Path:

@@ -22,9 +22,7 @@ import pytest
 import yaml
 
 from lambdaml.config import StorageSpec
-from lambdaml.data import shards, synthetic
-from lambdaml.storage import open_storage
-from tests.helpers import unique_name
+from tests.helpers import small_dataset_bucket, unique_name
 
 #: Run as ``python -c GUARD lambdaml ARGS...``: the command, with every connection and name
 #: lookup outside the loopback network refused and appended to $GUARD_LOG.
@@ -122,12 +120,7 @@ def machine(tmp_path: Path) -> Machine:
 @pytest.fixture(scope="module")
 def storage(moto_url: str) -> StorageSpec:
     """A moto bucket holding a small dataset."""
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(400, seed=0)
-    shards.prepare(store, "small", X, y, shards=2)
-    return spec
+    return small_dataset_bucket(moto_url)
 
 
 def job_file(machine: Machine, storage: StorageSpec, *, epochs: int = 1) -> Path:

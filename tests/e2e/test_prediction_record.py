@@ -18,11 +18,9 @@ import pytest
 import yaml
 
 from lambdaml.config import StorageSpec
-from lambdaml.data import shards, synthetic
 from lambdaml.runtime.prediction_record import AWS_DEFAULTS
 from lambdaml.runtime.reports import read_result_file
-from lambdaml.storage import open_storage
-from tests.helpers import unique_name
+from tests.helpers import small_dataset_bucket, unique_name
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job_results"
 
@@ -72,12 +70,7 @@ def user(tmp_path: Path) -> User:
 @pytest.fixture(scope="module")
 def storage(moto_url: str) -> StorageSpec:
     """A moto bucket holding a small dataset."""
-    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=moto_url)
-    store = open_storage(spec)
-    store.ensure()
-    X, y, _ = synthetic.higgs_like(400, seed=0)
-    shards.prepare(store, "small", X, y, shards=2)
-    return spec
+    return small_dataset_bucket(moto_url)
 
 
 def test_a_local_job_records_its_prediction_and_compare_and_jobs_show_the_error(
