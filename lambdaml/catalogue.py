@@ -425,7 +425,7 @@ def load_entry_points() -> None:
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             declared = point.load()
-        except Exception as exc:  # a broken plug-in package must not take the others down
+        except Exception as exc:  # a broken plug-in package: one line naming it, not a traceback
             raise ConfigError(f"plug-in {point.name!r} ({point.value}) cannot be loaded: {exc}") from None
         for plugin in declared if isinstance(declared, list | tuple) else [declared]:
             if not isinstance(plugin, Plugin):

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lambdaml.backends import BACKENDS, Backend, EventCallback, ProgressCallback, Run
-from lambdaml.backends.base import MachineBackend
 from lambdaml.config import JobSpec
-from lambdaml.runtime import machine_jobs
 from lambdaml.runtime.prediction_record import RanUnder, ran_under
 from lambdaml.runtime.reports import JobResult
 from lambdaml.runtime.results import check_results_dir, save_result
@@ -91,8 +89,7 @@ def follow_job(
     finished = backend.wait(run, on_event=on_event, on_progress=on_progress)
     if ran_under is not None:
         finished = ran_under.recorded_in(finished)
-        if isinstance(backend, MachineBackend):  # the copy kept for ``jobs`` and ``attach``, with its prediction
-            machine_jobs.record_result(finished)
+        backend.predicted(finished)
     result = save_result(finished, results_dir)
     if result.result_path is not None:
         backend.saved(run, result)

@@ -151,6 +151,9 @@ class Backend(ABC):
     def saved(self, run: Run, result: JobResult) -> None:
         """The run's result file is on this machine, at ``result.result_path``."""
 
+    def predicted(self, result: JobResult) -> None:
+        """The run's result now holds the prediction it ran under: a copy the backend keeps takes it too."""
+
     def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
         """What the run cost: Lambda GB-seconds and channel requests, unless the backend bills otherwise."""
         return lambda_job_cost(job, workers, wall_s)
@@ -221,6 +224,9 @@ class MachineBackend(Backend):
             raise
         machine_jobs.record_state(store, attempt, records.SUCCEEDED)
         return result
+
+    def predicted(self, result: JobResult) -> None:
+        machine_jobs.record_result(result)  # the copy ``jobs`` and ``attach`` read
 
     def saved(self, run: Run, result: JobResult) -> None:
         if result.result_path is not None:
