@@ -262,6 +262,16 @@ def barrier_key(job_id: str, name: str, rank: int, attempt: int = 1) -> str:
     return comm_prefix(job_id, attempt) + f"barrier/{check_name(name, 'barrier name')}/p{rank:05d}"
 
 
+def link_endpoints_key(job_id: str, rank: int, attempt: int = 1) -> str:
+    """Where rank ``rank`` of a direct job publishes the endpoints its peers connect to."""
+    return comm_prefix(job_id, attempt) + f"links/p{rank:05d}"
+
+
+def link_goodbye_key(job_id: str, rank: int, attempt: int = 1) -> str:
+    """The key of the last frame rank ``rank`` sends on its links: it has sent all it will."""
+    return comm_prefix(job_id, attempt) + f"links/bye/p{rank:05d}"
+
+
 def trial_key(job_id: str, rank: int, attempt: int = 1) -> str:
     """Rank ``rank``'s timings of the patterns its attempt tried (``sync.pattern: auto``)."""
     return comm_prefix(job_id, attempt) + f"trial/p{rank:05d}"

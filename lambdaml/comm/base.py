@@ -82,5 +82,8 @@ class Communicator(ABC):
         ``early``: this invocation stops for a continuation (Lambda), the job goes on.
         """
 
+    def abandon(self) -> None:
+        """Called when the worker fails: let go of what the peers would otherwise wait on."""
+
     def stats(self) -> dict[str, float]:
         return {}

@@ -175,6 +175,10 @@ class JobSpec(Spec):
             raise ValueError(str(exc)) from None
         if (algorithm == "kmeans") != (self.model.name == "kmeans"):
             raise ValueError("the kmeans algorithm and the kmeans model go together")
+        if self.channel.kind == "direct" and self.sync.protocol != "bsp":
+            raise ValueError(f"a direct channel's links carry BSP rounds; {self.sync.protocol} pushes through a store")
+        if self.channel.kind == "direct" and self.algorithm.compression_spec is not None:
+            raise ValueError("a direct channel's links carry plain values; compressed rounds need a store channel")
         return self
 
     def to_json(self) -> str:

@@ -176,6 +176,9 @@ class PerRound(Record):
     requests_per_round: float
 
 
+_LINK_COUNTS = ("links_direct", "links_dropped", "rounds_fallback", "bytes_sent_links", "bytes_received_links")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Traffic(Record):
     """A rank's requests and bytes on its channel; torch.distributed counts only the three it has."""
@@ -188,6 +191,13 @@ class Traffic(Record):
     bytes_sent: float
     bytes_received: float
     wait_s: float | None = field(default=None, metadata=OPTIONAL)  # in bounded waits for the other ranks' values
+    # A direct job's links: the peers this rank linked to, those whose link went down, the rounds
+    # in which any of its values went through the store, and the bytes its links carried.
+    links_direct: float | None = field(default=None, metadata=OPTIONAL)
+    links_dropped: float | None = field(default=None, metadata=OPTIONAL)
+    rounds_fallback: float | None = field(default=None, metadata=OPTIONAL)
+    bytes_sent_links: float | None = field(default=None, metadata=OPTIONAL)
+    bytes_received_links: float | None = field(default=None, metadata=OPTIONAL)
     per_round: PerRound | None = field(default=None, metadata=OPTIONAL | FLAT)  # once a round has been made
 
     @classmethod
@@ -203,7 +213,7 @@ class Traffic(Record):
                 requests_per_round=requests / rounds,
             )
         return cls(
-            **{name: counts.get(name) for name in ("puts", "gets", "lists", "deletes", "wait_s")},
+            **{name: counts.get(name) for name in ("puts", "gets", "lists", "deletes", "wait_s", *_LINK_COUNTS)},
             requests=requests,
             bytes_sent=sent,
             bytes_received=received,

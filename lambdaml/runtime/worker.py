@@ -24,16 +24,18 @@ import numpy as np
 from lambdaml.algorithms import AlgorithmState, reify
 from lambdaml.arrays import Array
 from lambdaml.channels import Channel, open_channel
+from lambdaml.channels.kinds.direct import DirectSpec
 from lambdaml.comm.base import Communicator, check_finite
 from lambdaml.comm.channel import ChannelCommunicator
 from lambdaml.comm.choice import PatternPlan, pattern_for
+from lambdaml.comm.direct.communicator import DirectCommunicator
 from lambdaml.comm.trial import PatternTrial
 from lambdaml.config import JobSpec
 from lambdaml.cost import Invocation
 from lambdaml.data.batches import batch_indices, epoch_order, steps_per_epoch
 from lambdaml.data.shards import Manifest, load_worker_data, read_manifest
 from lambdaml.data.sparse import Features
-from lambdaml.errors import Diverged
+from lambdaml.errors import ConfigError, Diverged
 from lambdaml.models import MODELS
 from lambdaml.models.base import Model
 from lambdaml.runtime import checkpoint as ckpt
@@ -127,10 +129,14 @@ def run_worker(
     # overflow warnings would only add lines to the user's terminal.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         run = _set_up(job, attempt, rank, secret=secret, channel=channel, comm=comm, store=store, lifetime=lifetime)
-        schedule = _Schedule.of(run)
-        run.rss_after_first_epoch = peak_rss_mb()
-        stopped = _train(run, schedule, on_epoch, on_step)
-        return stopped if stopped is not None else _finish(run)
+        try:
+            schedule = _Schedule.of(run)
+            run.rss_after_first_epoch = peak_rss_mb()
+            stopped = _train(run, schedule, on_epoch, on_step)
+            return stopped if stopped is not None else _finish(run)
+        except BaseException:
+            run.comm.abandon()  # a direct job's peers go to the store for what this rank owed them
+            raise
 
 
 # --- set-up: the shard, resume, the communicator, the algorithm -------------------------
@@ -251,7 +257,16 @@ def _channel_communicator(
     secret: bytes | None,
     restarts: bool,
 ) -> ChannelCommunicator:
-    """The rank's communicator over the job's channel, running ``plan``'s pattern (and its trial)."""
+    """The rank's communicator over the job's channel, running ``plan``'s pattern (and its trial);
+    a direct job's links meet through the channel's store."""
+    if isinstance(job.channel, DirectSpec):
+        if secret is None:
+            raise ConfigError("a direct job's links need the job's secret, and this worker was given none")
+        return DirectCommunicator(
+            channel or open_channel(job.channel), attempt.job_id, rank, job.workers, spec=job.channel, secret=secret,
+            pattern=plan.pattern, timeout_s=job.sync.timeout_s, first_round=start.position.round,
+            extra_retention=job.runtime.checkpoint_every if restarts else 0, attempt=attempt.number,
+        )  # fmt: skip
     return ChannelCommunicator(
         channel or open_channel(job.channel),
         attempt.job_id,

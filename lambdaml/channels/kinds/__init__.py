@@ -5,4 +5,6 @@ The catalogue reads ``DESCRIPTIONS`` the first time it is asked about a channel.
 class (``lambdaml/channels/<kind>.py``) reads its capabilities from its description here.
 """
 
-DESCRIPTIONS = tuple(f"{__name__}.{kind}:DESCRIPTION" for kind in ("s3", "redis", "memcached", "dynamodb", "memory"))
+DESCRIPTIONS = tuple(
+    f"{__name__}.{kind}:DESCRIPTION" for kind in ("s3", "redis", "memcached", "dynamodb", "memory", "direct")
+)
