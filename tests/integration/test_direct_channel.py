@@ -14,6 +14,7 @@ import pytest
 
 from lambdaml import keys
 from lambdaml.channels import Channel, open_channel
+from lambdaml.cli.output import links_line
 from lambdaml.comm.direct.communicator import DirectCommunicator
 from lambdaml.config import ChannelSpec, JobSpec, StorageSpec, parse_job
 from lambdaml.local import services as local_services
@@ -127,6 +128,8 @@ def test_links_dropped_mid_job_fall_back_to_the_store_and_give_the_same_model(
     assert dropped[0] == 1 and dropped[1] == 1 and sum(dropped) == 2
     fallback = link_counts(store, job_id, "rounds_fallback")
     assert fallback[1] > 0, "rank 1 exchanged with rank 0 through the store after round 3"
+    pairs = workers * (workers - 1) // 2
+    assert f"links: {pairs} of {pairs} pairs direct, 1 dropped; " in str(links_line(stored_result(store, job_id)))
     assert_no_keys_left(ChannelSpec(**channel), job_id)
 
 

@@ -130,8 +130,12 @@ class DirectCommunicator(ChannelCommunicator):
                 if key not in done:
                     done.add(key)
                     fresh.append((number, key, value))
-        if fresh:
+        if not fresh:
+            return
+        try:
             self.channel.put_many([(key, value) for _, key, value in fresh])  # rank 0 clears them at the end
+        except Exception as exc:  # on a link's thread: the peer's wait for them ends in its timeout
+            log.warning("rank %d: could not hand rank %d's values to the store: %s", self.rank, peer, exc)
 
     def drop_link(self, peer: int, why: str = "dropped by this rank") -> None:
         """Take the link to ``peer`` down now, as a network fault would."""

@@ -1,0 +1,153 @@
+"""A direct job's links refuse what a store refuses: a frame replayed from another round or sent
+under another rank's key, or sealed without the job's secret, never reaches a sum; its link is
+dropped and the pair goes on through the store. A peer that stops sending ends the round at the
+job's timeout with one clear error, never a hang."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from lambdaml import keys, seal
+from lambdaml.channels import open_channel
+from lambdaml.comm.direct.communicator import DirectCommunicator
+from lambdaml.comm.direct.links import Links
+from lambdaml.config import ChannelSpec
+from lambdaml.errors import SyncTimeout
+from lambdaml.seal import Sealer
+from tests.helpers import Services, channel_spec, unique_name
+
+pytestmark = pytest.mark.timeout(120)
+
+JOB = "linksec"
+SECRET = seal.new_secret()
+
+
+@pytest.fixture
+def receiver(services: Services) -> Iterator[DirectCommunicator]:
+    """Rank 0 of a W = 3 direct job, in round 5."""
+    spec = ChannelSpec(kind="direct", rendezvous=channel_spec("redis", services).model_dump())
+    comm = DirectCommunicator(open_channel(spec), JOB, 0, 3, spec=spec, secret=SECRET)
+    comm.round = 6  # round 5 in progress
+    yield comm
+    comm.channel.close()
+
+
+class Dropped:
+    """Why rank 0 dropped its link, once it has (on the link's reader thread)."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.done = threading.Event()
+
+    def __call__(self, peer: int, why: str) -> None:
+        self.reasons.append(why)
+        self.done.set()
+
+    def why(self) -> list[str]:
+        assert self.done.wait(30), "the link was not dropped"
+        return self.reasons
+
+
+def linked(receiver: DirectCommunicator, sender_secret: bytes = SECRET) -> tuple[Links, Links, Dropped]:
+    """Rank 0's link to rank 1, and rank 1's end of it (a socket pair); what rank 0 dropped, and why."""
+    mine, theirs = socket.socketpair()
+    dropped = Dropped()
+    ours = Links(
+        {1: mine}, Sealer(SECRET), admit=receiver._admit, on_drop=dropped,
+        goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
+    )  # fmt: skip
+    sender = Links(
+        {0: theirs}, Sealer(sender_secret), admit=lambda peer, key: None, on_drop=lambda peer, why: None,
+        goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
+    )  # fmt: skip
+    return ours, sender, dropped
+
+
+def piece(round_: int, rank: int) -> str:
+    return keys.comm_key(JOB, round_, "dpiece", rank=rank, chunk=0)
+
+
+def test_a_frame_of_this_round_from_its_sender_is_taken(receiver: DirectCommunicator) -> None:
+    ours, sender, dropped = linked(receiver)
+    try:
+        assert sender.send(0, piece(5, 1), (b"value",))
+        assert bytes(ours.receive(1, piece(5, 1), 30) or b"") == b"value"
+        assert dropped.reasons == [] and ours.up(1)
+    finally:
+        ours.close()
+        sender.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (piece(3, 1), "round 3 is over"),
+        (piece(5, 2), "a key of rank 2's"),
+        (keys.comm_key("otherjob", 5, "dpiece", rank=1, chunk=0), "another job"),
+        (keys.comm_key(JOB, 5, "dpiece", rank=1, chunk=0, attempt=2), "another job or attempt"),
+    ],
+    ids=["replayed-round", "other-rank", "other-job", "other-attempt"],
+)
+def test_a_replayed_or_misplaced_frame_is_refused_and_its_link_dropped(
+    receiver: DirectCommunicator, key: str, why: str
+) -> None:
+    ours, sender, dropped = linked(receiver)
+    try:
+        assert sender.send(0, key, (b"replayed",))
+        assert ours.receive(1, key, 30) is None, "a refused frame's value was delivered"
+        assert len(dropped.why()) == 1 and why in dropped.reasons[0]
+        assert ours.stats.frames_refused == 1 and not ours.up(1)
+    finally:
+        ours.close()
+        sender.close()
+
+
+def test_a_frame_sealed_without_the_jobs_secret_is_refused(receiver: DirectCommunicator) -> None:
+    ours, sender, dropped = linked(receiver, sender_secret=seal.new_secret())
+    try:
+        assert sender.send(0, piece(5, 1), (b"forged",))
+        assert ours.receive(1, piece(5, 1), 30) is None
+        assert len(dropped.why()) == 1 and "MAC" in dropped.reasons[0]
+    finally:
+        ours.close()
+        sender.close()
+
+
+def test_a_peer_that_stops_sending_ends_the_round_at_the_timeout_with_one_clear_error(services: Services) -> None:
+    spec = ChannelSpec(kind="direct", rendezvous=channel_spec("redis", services).model_dump())
+    job = unique_name("stall")
+    release = threading.Event()
+    errors: dict[int, BaseException] = {}
+    comms = [DirectCommunicator(open_channel(spec), job, r, 2, spec=spec, secret=SECRET, timeout_s=3) for r in (0, 1)]
+
+    def rank(r: int) -> None:
+        try:
+            comms[r].allreduce(np.ones(10, np.float32))
+            if r == 1:
+                release.wait(60)  # linked and alive, but sends nothing more
+                return
+            comms[r].allreduce(np.ones(10, np.float32))
+        except BaseException as exc:
+            errors[r] = exc
+        finally:
+            if r == 0:
+                release.set()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    try:
+        assert not any(thread.is_alive() for thread in threads), "a rank hung"
+        assert set(errors) == {0} and isinstance(errors[0], SyncTimeout)
+        assert "from rank 1 over its link" in str(errors[0]) and "\n" not in str(errors[0])
+    finally:
+        for comm in comms:
+            comm.close()
+            comm.channel.close()
