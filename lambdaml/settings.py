@@ -25,6 +25,7 @@ ENV_CACHE_KIND = "LAMBDAML_CACHE_KIND"
 ENV_CACHE_HOST = "LAMBDAML_CACHE_HOST"
 ENV_CACHE_PORT = "LAMBDAML_CACHE_PORT"
 ENV_CACHE_TLS = "LAMBDAML_CACHE_TLS"
+ENV_REFLECTOR = "LAMBDAML_REFLECTOR"  # host:port of the direct channel's rendezvous service, if deployed
 ENV_WORKER_FUNCTION = "LAMBDAML_WORKER_FUNCTION"  # the coordinator's: the zip worker
 ENV_TORCH_WORKER_FUNCTION = "LAMBDAML_TORCH_WORKER_FUNCTION"  # the coordinator's: the image worker, if deployed
 ENV_PROFILE = "LAMBDAML_PROFILE"  # a calibrated profile that ``sync.pattern: auto`` predicts with (default: AWS's)
@@ -59,6 +60,7 @@ class StackEnvironment:
     torch_worker_function: str | None
     architecture: str = "x86_64"
     jobs_table: str | None = None
+    reflector: str | None = None  # the direct channel's rendezvous service ("host:port"), or None
 
     @property
     def in_a_stack(self) -> bool:
@@ -72,6 +74,7 @@ class StackEnvironment:
             "CommBucketName": self.comm_bucket,
             "ChannelTableName": self.channel_table,
             "JobsTableName": self.jobs_table,
+            "ReflectorEndpoint": self.reflector,
         }.get(name)
 
 
@@ -89,4 +92,5 @@ def stack_environment() -> StackEnvironment:
         torch_worker_function=_set(ENV_TORCH_WORKER_FUNCTION),
         architecture=_set(ENV_ARCHITECTURE) or "x86_64",
         jobs_table=_set(ENV_JOBS_TABLE),
+        reflector=_set(ENV_REFLECTOR),
     )

@@ -45,17 +45,26 @@ def bind(job: dict[str, Any], stack: DeployedStack, source: str = "job") -> JobS
     data = {**job, "storage": dict(job.get("storage") or {}), "channel": dict(job.get("channel") or {"kind": "s3"})}
     storage = stack.data_storage()
     data["storage"].update(bucket=storage.bucket, endpoint_url=storage.endpoint_url, region=storage.region)
-    channel = data["channel"]
-    kind = channel.get("kind", "s3")
-    if isinstance(kind, str) and kind in catalogue.CHANNELS:  # an unknown kind: parse_job says so
-        given = set(channel)
-        channel.update({k: v for k, v in stack.channel_fields(kind).items() if k != "auth" or k not in given})
+    _fill_channel(data["channel"], stack)
     bound = parse_job(data, source)
     try:
         check_fits_stack(bound, stack.environment())
     except ConfigError as exc:
         raise ConfigError(f"stack {stack.name!r}: {exc}") from None
     return bound
+
+
+def _fill_channel(channel: dict[str, Any], stack: DeployedStack) -> None:
+    """Point ``channel`` at the stack's resources of its kind, and a channel nested in it (the store a
+    direct channel meets through) at those of its own."""
+    kind = channel.get("kind", "s3")
+    if isinstance(kind, str) and kind in catalogue.CHANNELS:  # an unknown kind: parse_job says so
+        given = set(channel)
+        channel.update({k: v for k, v in stack.channel_fields(kind).items() if k != "auth" or k not in given})
+    for name, nested in list(channel.items()):
+        if isinstance(nested, dict) and "kind" in nested:
+            channel[name] = dict(nested)
+            _fill_channel(channel[name], stack)
 
 
 def stack_store(stack: DeployedStack) -> Channel:

@@ -62,6 +62,7 @@ def local_status(args: argparse.Namespace) -> int:
         "endpoints": record["endpoints"],
         "ports": {service: urlparse(url).port for service, url in record["endpoints"].items()},
         "cache": record.get("outputs", {}).get("CacheEndpoint"),
+        "reflector": record.get("outputs", {}).get("ReflectorEndpoint"),  # the direct channel's rendezvous service
         "functions": functions,
         "invocations": str(workdir / "invocations.jsonl"),
         "workdir": str(workdir),
@@ -75,6 +76,8 @@ def local_status(args: argparse.Namespace) -> int:
         console.print(f"  {service:<15} {url}")
     if status["cache"]:
         console.print(f"  {'cache':<15} {status['cache']} ({record.get('cache')})")
+    if status["reflector"]:
+        console.print(f"  {'reflector':<15} {status['reflector']} (direct channel's rendezvous service)")
     for f in functions:
         console.print(f"{f['logical']}: {f['function']}")
         console.print(f"  log file   {f['log_file']}")

@@ -1,4 +1,4 @@
-"""Start and stop local services (moto, Redis, Memcached) on free loopback ports.
+"""Start and stop local services (moto, Redis, Memcached, the direct channel's reflector) on free loopback ports.
 
 Used by ``lambdaml demo``, the local stack and the test session. Every wait here is
 bounded: a service that does not come up fails with its log's tail in the error.
@@ -179,6 +179,14 @@ def start_memcached(
         argv += ["-u", "root"]  # memcached refuses to run as root otherwise
     ready = (b"VERSION", b"CLIENT_ERROR unauthenticated")
     return _start("memcached", argv, port, lambda: _answers(port, b"version\r\n", ready), log_path)
+
+
+def start_reflector(port: int | None = None, log_path: Path | None = None) -> Service:
+    """The direct channel's rendezvous service on loopback: a TCP reflector that answers each
+    connection with one line, ``LMLR1 <ip> <port>`` as it sees the client, and closes it."""
+    port = port or free_port()
+    argv = [sys.executable, "-m", "lambdaml.comm.direct.reflector", "--host", "127.0.0.1", "--port", str(port)]
+    return _start("reflector", argv, port, lambda: _answers(port, b"", b"LMLR1 127.0.0.1 "), log_path)
 
 
 def start_channel_server(kind: str, log_path: Path | None = None) -> Service:

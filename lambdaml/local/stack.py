@@ -4,7 +4,8 @@ Lambda service, and a local server of a cache channel's kind when a job wants on
 ``lambdaml local up`` translates template.yaml to CloudFormation offline (the SAM
 translator in .venv-sam), creates it on moto's CloudFormation, and serves the created
 functions under their physical names, so the local stack differs from AWS only in its
-endpoints. The endpoints and the processes are recorded in
+endpoints. It also runs the direct channel's rendezvous service (the reflector) on loopback,
+which the template runs on an EC2 instance when ``DirectChannel`` is on. The endpoints and the processes are recorded in
 ``~/.lambdaml/stacks/NAME.json``, which ``lambdaml train --stack NAME`` reads.
 """
 
@@ -29,13 +30,15 @@ from lambdaml import aws, settings
 from lambdaml.errors import ConfigError, LambdaMLError
 from lambdaml.local import artifacts, services
 from lambdaml.platforms.aws_lambda.find import local_record, record_path, refusing_endpoint
+from lambdaml.platforms.aws_lambda.outputs import REFLECTOR_ENDPOINT
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_BUCKET = "lambdaml-local-code"
 CODE_KEY = "functions.zip"
 CREATE_TIMEOUT_S = 120.0
-# Parameters for a local stack: no VPC and no ElastiCache (a local cache stands in).
-LOCAL_PARAMETERS = {"ChannelCache": "None"}
+# Parameters for a local stack: no VPC, no ElastiCache (a local cache stands in) and no EC2
+# rendezvous service (a local reflector stands in).
+LOCAL_PARAMETERS = {"ChannelCache": "None", "DirectChannel": "false"}
 ACCOUNT_CONCURRENCY = 1000  # AWS's default quota of concurrent executions per region
 TORCH_IMAGE = "lambdaml-local/torch-worker:latest"  # stands in for the ECR image; never pulled
 
@@ -65,7 +68,7 @@ class LocalStackRecord(TypedDict):
     name: str
     region: str
     endpoints: dict[str, str]  # service -> loopback URL: s3, dynamodb, cloudformation, logs, lambda
-    outputs: dict[str, str]  # what the template's outputs would say of a local cache
+    outputs: dict[str, str]  # what the template's outputs would say of a local cache and the reflector
     functions: list[FunctionEntry]
     runtime_dir: str
     cache: str
@@ -235,7 +238,7 @@ def up(
     build_dir: Path | None = None,
     port: int | None = None,
 ) -> LocalStackRecord:
-    """Start moto, the Lambda service and a cache; create the template's stack; record it.
+    """Start moto, the Lambda service, the reflector and a cache; create the template's stack; record it.
 
     The functions run from their artifacts (``artifacts``): ``build_dir`` is a ``sam build``
     output to use instead of building one. ``torch`` adds the torch worker (the image function),
@@ -267,6 +270,8 @@ def up(
     try:
         moto = services.start_moto(log_path=workdir / "moto.log")
         started.append(moto)
+        reflector = services.start_reflector(log_path=workdir / "reflector.log")
+        started.append(reflector)
         stack_parameters = {**overrides, **LOCAL_PARAMETERS}
         translated = _translate(template, stack_parameters, workdir / "template.json")
         s3 = aws.client("s3", endpoint_url=moto.url)
@@ -281,7 +286,7 @@ def up(
         )
         outputs = aws.wait_for_stack(cloudformation, name, timeout_s=CREATE_TIMEOUT_S)
         resources = _physical_ids(cloudformation, name)
-        extra: dict[str, str] = {}
+        extra = {REFLECTOR_ENDPOINT: f"127.0.0.1:{reflector.port}"}  # as the template's, with DirectChannel on
         if cache != "none":
             cache_service = services.start_channel_server(cache, log_path=workdir / f"{cache}.log")
             started.append(cache_service)
@@ -391,6 +396,9 @@ def serve(config_path: Path, port: int) -> None:
                 settings.ENV_CACHE_TLS: "false",
             }
         )
+    reflector = record.get("outputs", {}).get(REFLECTOR_ENDPOINT)
+    if reflector:  # the template gives the functions its instance's address when DirectChannel is on
+        local[settings.ENV_REFLECTOR] = reflector
     functions = [
         FunctionConfig(
             name=f["name"],

@@ -104,6 +104,37 @@ def test_job_on_the_local_stack_matches_the_local_process_backend(
     assert result.cost["lambda"]["cold_starts"] == sum(1 for r in workers if r["cold"])
 
 
+def test_a_direct_job_on_the_local_stack_links_its_functions_and_matches_the_stores_model(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The functions, as the local Lambda service runs the built artifacts, link to each other
+    through the stack's reflector, and meet through its cache: the model is the one Redis gives."""
+    name, _ = local_stack
+    deployed = remote.resolve_stack(name)
+    store = remote.stack_store(deployed)
+    X, y, _ = synthetic.higgs_like(4000, seed=4)
+    shards.prepare(store, "higgs-direct", X, y, shards=4)
+    job = {**JOB, "name": "e2e-direct", "dataset": "higgs-direct"}
+    job_file = tmp_path / "direct.yaml"
+    job_file.write_text(yaml.safe_dump({**job, "channel": {"kind": "direct", "rendezvous": {"kind": "redis"}}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdaml", "train", str(job_file), "--stack", name, "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "links: 6 of 6 pairs direct, 0 dropped; 0 rounds with values through the store" in done.stdout
+    result = JobResult.from_json(json.loads(next(tmp_path.glob("e2e-direct-*.json")).read_text()))
+    assert [w.channel.links_direct for w in result.workers] == [3, 3, 3, 3]
+    on_links = codec.decode_bundle(store.get(keys.job_model(result.job_id)))["params"]
+    # AllReduce: its sums are in rank order, as direct's are (a 2-D grid's are not: sync.pattern auto may pick it).
+    allreduce = {**job, "sync": {**JOB["sync"], "pattern": "allreduce"}}
+    on_redis = run_job(remote.bind(allreduce, deployed), results_dir=None)
+    np.testing.assert_array_equal(on_links, codec.decode_bundle(store.get(keys.job_model(on_redis.job_id)))["params"])
+
+
 def test_function_logs_are_in_cloudwatch_logs_where_lambda_puts_them(local_stack: tuple[str, dict[str, Any]]) -> None:
     name, record = local_stack
     deployed = remote.resolve_stack(name)

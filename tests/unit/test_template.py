@@ -734,6 +734,7 @@ def test_vpc_only_with_a_cache(template: dict[str, Any]) -> None:
                 "UseMemcached",
                 "CreateGatewayEndpoints",
                 "CreateLambdaInterfaceEndpoint",
+                "DirectOn",  # the direct channel's rendezvous service (tests/unit/test_template_direct.py)
             }, name
 
 

@@ -36,8 +36,9 @@ class DirectSpec(ChannelSpec):
     #: The rendezvous service ("host:port"), a TCP reflector that tells a worker the address and
     #: port it is seen from (behind NAT: its public ones). None: peers reach private addresses.
     reflector: str | None = None
-    #: The address workers listen on: loopback here, "0.0.0.0" on Lambda.
-    listen_host: str = Field("127.0.0.1", min_length=1, max_length=255)
+    #: The address workers listen on. None: where peers reach them from, as the reflector says,
+    #: loopback where it (or, without one, the store) is on loopback, else every interface (Lambda).
+    listen_host: str | None = Field(None, min_length=1, max_length=255)
     #: How long every pair has to connect (plain or punched) before it falls back to the store.
     link_timeout_s: float = Field(10.0, gt=0, le=300)
     #: Vectors of at most this many bytes go by recursive doubling (latency-bound); larger ones
@@ -60,6 +61,25 @@ class DirectSpec(ChannelSpec):
         if self.integrity == "bound":
             raise ValueError("a direct channel's links are open to anyone who reaches them: integrity must be mac")
         return self
+
+    @property
+    def listen_address(self) -> str:
+        """The address the workers listen on (``listen_host``, or its default)."""
+        if self.listen_host is not None:
+            return self.listen_host
+        host = split_host_port(self.reflector)[0] if self.reflector else self.rendezvous_host
+        return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+
+    @property
+    def rendezvous_host(self) -> str:
+        """The host of the rendezvous store: a server's, or its AWS endpoint's ("" for AWS's own)."""
+        from urllib.parse import urlsplit
+
+        store, fields = self.rendezvous, type(self.rendezvous).model_fields
+        if "host" in fields:
+            return str(store.model_dump()["host"])
+        endpoint = store.model_dump().get("endpoint_url") if "endpoint_url" in fields else None
+        return (urlsplit(endpoint).hostname or "") if isinstance(endpoint, str) else ""
 
     @property
     def place(self) -> str:

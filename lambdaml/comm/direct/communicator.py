@@ -85,7 +85,7 @@ class DirectCommunicator(ChannelCommunicator):
 
     def _link_peers(self, mine: str) -> dict[int, Any]:
         spec = self.spec
-        listener = open_listener(spec.listen_host)
+        listener = open_listener(spec.listen_address)
         try:
             reflector = None if spec.reflector is None else split_host_port(spec.reflector)
             self.channel.put(mine, local_endpoints(listener, reflector, spec.link_timeout_s).to_json())

@@ -14,6 +14,7 @@ from lambdaml.errors import ConfigError
 COORDINATOR, WORKER, TORCH_WORKER = "CoordinatorFunctionName", "WorkerFunctionName", "TorchWorkerFunctionName"
 DATA_BUCKET, JOBS_TABLE, CACHE_ENDPOINT, CACHE_KIND = "DataBucketName", "JobsTableName", "CacheEndpoint", "CacheKind"
 CACHE_AUTH_SECRET = "CacheAuthSecretArn"
+REFLECTOR_ENDPOINT = "ReflectorEndpoint"  # host:port of the direct channel's rendezvous service (DirectChannel)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class StackOutputs:
             worker_function=self.outputs.get(WORKER),
             torch_worker_function=self.outputs.get(TORCH_WORKER),
             jobs_table=self.outputs.get(JOBS_TABLE),
+            reflector=self.outputs.get(REFLECTOR_ENDPOINT),
         )
 
     def data_storage(self) -> StorageSpec:
@@ -65,6 +67,12 @@ class StackOutputs:
         outputs name; an AWS service's endpoint and region; its cache's address, where the cache serves
         that kind, with TLS and the AUTH secret where the cache on AWS has them. Empty: it provides none."""
         info, environment = catalogue.channel(kind), self.environment()
+        for provided in info.stack_fields:  # a stack deployed without the kind's resources (DirectChannel off, say)
+            if provided.output not in self.outputs:
+                raise ConfigError(
+                    f"stack {self.name!r} has no {info.called} channel (no output {provided.output!r}); "
+                    "deploy it with one (see template.yaml's parameters)"
+                )
         fields: dict[str, object] = {f.field: self.output(f.output) for f in info.stack_fields}
         if info.aws_service is not None:
             fields.update(endpoint_url=self.endpoints.get(info.aws_service), region=self.region)
