@@ -21,11 +21,12 @@ demo: setup
 	$(BIN)/lambdaml demo
 
 # Debian's redis-server and memcached, installed only when missing; tests start their own.
+# nftables: the direct channel's emulated-NAT test masquerades with it.
 services:
-	@if ! command -v redis-server >/dev/null || ! command -v memcached >/dev/null; then \
-		echo "installing redis-server and memcached with apt-get"; \
+	@if ! command -v redis-server >/dev/null || ! command -v memcached >/dev/null || ! test -x /usr/sbin/nft; then \
+		echo "installing redis-server, memcached and nftables with apt-get"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server memcached >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server memcached nftables >/dev/null; \
 	fi
 
 lint: setup

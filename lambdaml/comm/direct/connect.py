@@ -122,7 +122,7 @@ class _Linker:
     def run(self) -> dict[int, socket.socket]:
         if not self.peers:
             return {}
-        self._spawn("accept", self._accept_loop)
+        accepting = self._spawn("accept", self._accept_loop)
         for peer, ends in sorted(self.peers.items()):
             for address in ends.addresses():
                 if address not in self.own:
@@ -132,6 +132,8 @@ class _Linker:
                 self.cond.wait(timeout=_ACCEPT_POLL_S)
             self.done = True
             links = dict(self.chosen)
+        # The caller may close the listener as soon as this returns: the accept loop is off it first.
+        accepting.join(timeout=5 * _ACCEPT_POLL_S)
         missing = sorted(set(self.peers) - set(links))
         if missing:
             log.info(
@@ -152,21 +154,25 @@ class _Linker:
 
     # -- worker threads -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
+    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> threading.Thread:
         def guarded() -> None:
             try:
                 target(*args)
             except Exception as exc:  # a thread must not die silently; the pair falls back
                 log.warning("direct links: %s thread failed: %s", name, exc)
 
-        threading.Thread(target=guarded, name=f"lambdaml-link-{name}", daemon=True).start()
+        thread = threading.Thread(target=guarded, name=f"lambdaml-link-{name}", daemon=True)
+        thread.start()
+        return thread
 
     def _stopped(self, peer: int | None = None) -> bool:
+        """Past the deadline, or ``peer`` (None: every peer) has its link."""
         with self.cond:
-            return self.done or time.monotonic() >= self.deadline or (peer is not None and peer in self.chosen)
+            linked = set(self.peers) <= set(self.chosen) if peer is None else peer in self.chosen
+            return self.done or linked or time.monotonic() >= self.deadline
 
     def _accept_loop(self) -> None:
-        while not self._stopped() and not set(self.peers) <= set(self.chosen):
+        while not self._stopped():
             wait = min(_ACCEPT_POLL_S, max(0.0, self.deadline - time.monotonic()))
             ready, _, _ = select.select([self.listener], [], [], wait)
             if not ready:

@@ -40,6 +40,12 @@ class LinkAuth:
     attempt: int
     rank: int
 
+    def __post_init__(self) -> None:
+        if not self.secret:
+            raise ValueError("a link needs the job's channel secret; it is empty")
+        if not 0 <= self.rank < 2**32 or not 0 <= self.attempt < 2**63:
+            raise ValueError(f"rank {self.rank} or attempt {self.attempt} is out of range")
+
     def __repr__(self) -> str:  # never print the secret
         return f"LinkAuth(job_id={self.job_id!r}, attempt={self.attempt}, rank={self.rank})"
 

@@ -110,18 +110,30 @@ def observed_address(reflector: Address, local: Address, timeout_s: float) -> Ad
     try:
         sock.settimeout(timeout_s)
         sock.connect(reflector)
-        data = b""
-        while not data.endswith(b"\n") and len(data) < _MAX_LINE:
-            chunk = sock.recv(_MAX_LINE - len(data))
-            if not chunk:
-                break
-            data += chunk
+        data = _read_to_close(sock)
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise ChannelUnavailable(f"rendezvous service {where}: {reason}") from None
     finally:
         sock.close()
     return parse_reply(data, where)
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    # Up to the service's close, so it closes first and keeps the TIME_WAIT: this end's port is
+    # a listener's, and the next observation from it must not find the pair still taken.
+    data = b""
+    while len(data) < _MAX_LINE:
+        try:
+            chunk = sock.recv(_MAX_LINE - len(data))
+        except TimeoutError:
+            if data.endswith(b"\n"):  # the line came; only the close is late
+                break
+            raise
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def reuse_socket(local: Address) -> socket.socket:
