@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 from analytic_model.cache_billing import CacheBilling
 from analytic_model.collectives import PATTERNS, grid_shape
 from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described, faas_channels
+from analytic_model.links import over_links
 from analytic_model.prediction import (
     MB,
     Infeasible,
@@ -154,7 +155,12 @@ class Advice:
         if all(cheap is not p for p in named):
             line += f"; cheapest: {cheap.label}: {estimate(cheap)}"
         billed = dict.fromkeys(p.cache_billing for p in (*named, fast, cheap) if p.cache_billing)
-        return line + "".join(f"; cache billed as {how}" for how in billed)
+        meeting = dict.fromkeys(p.rendezvous_billing for p in (*named, fast, cheap) if p.rendezvous_billing)
+        return (
+            line
+            + "".join(f"; cache billed as {how}" for how in billed)
+            + "".join(f"; rendezvous service billed as {how}" for how in meeting)
+        )
 
     def to_dict(self) -> AdviceJson:
         front = {(p.platform, p.workers, p.pattern, p.memory_mb, p.architecture, option)
@@ -350,7 +356,7 @@ def advise(
                 continue
             # One worker has nothing to synchronize: one row per memory size.
             combos = [(single, PATTERNS[0])] if w == 1 else [
-                (channel, pattern) for channel in channel_list for pattern in _distinct(patterns, w)
+                (channel, pattern) for channel in channel_list for pattern in _tried(channel, patterns, w)
             ]  # fmt: skip
             for (channel, pattern), arch in [(combo, arch) for combo in combos for arch in architectures]:
                 try:
@@ -393,6 +399,12 @@ def _patterns_for(workload: Workload, patterns: Sequence[str], skipped: list[str
     if not kept:
         raise ConfigError("no pattern left to try: compression runs over pattern 'allreduce' or 'scatter_reduce'")
     return kept
+
+
+def _tried(channel: str, patterns: Sequence[str], workers: int) -> list[str]:
+    """The patterns tried over a channel: over direct links the communicator picks its own sum
+    (one row, whichever pattern it would fall back to), else those whose rounds differ."""
+    return list(patterns[:1]) if over_links(channel) else _distinct(patterns, workers)
 
 
 def _distinct(patterns: Sequence[str], workers: int) -> list[str]:

@@ -70,6 +70,9 @@ class ChannelPerf:
     big_from_bytes: float | None = None
     bandwidth_put_big_Bps: float | None = None
     bandwidth_get_big_Bps: float | None = None
+    # Direct links (``analytic_model.links``): vectors of at most this many bytes go by recursive
+    # doubling, larger ones by reduce-scatter and all-gather (None: a store's channel).
+    small_bytes: float | None = None
 
     def latency(self, op: str) -> float:
         return float(getattr(self, f"latency_{op}_s"))

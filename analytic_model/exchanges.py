@@ -29,6 +29,7 @@ from analytic_model.collectives import (
     still_missing,
     store_busy,
 )
+from analytic_model.links import link_round, over_links
 from analytic_model.profile import CodecPasses, ModelInfo
 from analytic_model.transfers import Polling, items_of, phase_s, poll_of, store_s
 from analytic_model.wire import CODEC_CALL_VALUES, CODEC_PASSES, SEAL_BYTES, Compression, tensor_bytes, update_bytes
@@ -80,6 +81,10 @@ def communication(
         compressed=compressor is not None,
         pattern=pattern,
     )
+    if over_links(channel.kind):  # a direct channel: the communicator's own sum over links
+        if not over_links_priced(workload):
+            raise ConfigError("the model prices direct links for BSP rounds of an uncompressed vector only")
+        return link_round(channel, workers, workload.vector_bytes(info), add_Bps, header)
     if workload.decentralized:
         return _ring(workload, info, channel, pattern, workers, sched, add_Bps, polling, header, measured)
     if workload.protocol != "bsp":
@@ -93,6 +98,12 @@ def communication(
         return squeezed
     warm = min(1.0, workload.warmup_steps / sched.rounds) if sched.rounds > 0 else 1.0
     return _blend(plain, warm, squeezed, 1.0 - warm)
+
+
+def over_links_priced(workload: Workload) -> bool:
+    """Whether the model prices ``workload``'s rounds over direct links: BSP rounds of an
+    uncompressed vector, the sum ``DirectCommunicator`` runs over its links."""
+    return workload.protocol == "bsp" and not workload.decentralized and workload.compressor is None
 
 
 def expected_staleness(workload: Workload, workers: int) -> float | None:

@@ -22,6 +22,15 @@ MODELLED_ONLY: Mapping[str, ChannelInfo] = {
     )
 }
 MODELLED_NOTE = "modelled only: no channel yet"
+#: Rows over a channel whose figures rest on published measurements, not measured here (the
+#: shipped direct channel's: FMI's model constants).
+PUBLISHED_NOTE = "published figures"
+#: What each note means, as the advice explains it under its table.
+NOTE_MEANINGS: Mapping[str, str] = {
+    MODELLED_NOTE: "a prediction for a channel lambdaml cannot run",
+    PUBLISHED_NOTE: "latency and bandwidth from FMI's published model (Copik et al., ICS'23: 0.34 ms and "
+    "400 MB/s a message between Lambda functions), not measured here; 'lambdaml calibrate' measures a target's",
+}
 
 
 def described(kind: str) -> ChannelInfo:
@@ -32,7 +41,17 @@ def described(kind: str) -> ChannelInfo:
     return catalogue.CHANNELS.get(kind) or ChannelInfo(kind, "", authenticates_clients=True)
 
 
+#: Kinds the advisor tries only when asked (``--channels``): the direct channel's shipped figures
+#: are published ones, not measured here, and would set the study's verdict on their own.
+TRIED_WHEN_ASKED = frozenset({"direct"})
+
+
+def default_channels() -> list[str]:
+    """The channels Lambda workers can share that the advisor tries, and calibration measures,
+    unless told otherwise (``TRIED_WHEN_ASKED`` only where named)."""
+    return [kind for kind in catalogue.shared_channels() if kind not in TRIED_WHEN_ASKED]
+
+
 def faas_channels(known: Mapping[str, object]) -> list[str]:
-    """The channels Lambda workers can share that ``known`` (a profile's figures) has: what the
-    advisor tries unless told otherwise."""
-    return [kind for kind in catalogue.shared_channels() if kind in known]
+    """The default channels (``default_channels``) that ``known`` (a profile's figures) has."""
+    return [kind for kind in default_channels() if kind in known]

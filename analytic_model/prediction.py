@@ -24,8 +24,16 @@ from analytic_model.compute import (
     round_compute_s,
     update_s,
 )
-from analytic_model.exchanges import communication, expected_staleness
-from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, described
+from analytic_model.exchanges import communication, expected_staleness, over_links_priced
+from analytic_model.kinds import MODELLED_NOTE, MODELLED_ONLY, PUBLISHED_NOTE, described
+from analytic_model.links import (
+    algorithm,
+    describe_rendezvous,
+    link_rate,
+    over_links,
+    rendezvous_dollars,
+    rendezvous_of,
+)
 from analytic_model.network import in_vpc, lambda_network_Bps, scaled_channel
 from analytic_model.profile import ModelInfo, Profile
 from analytic_model.tables import RegionPrices, channel_dollars, gb_second_price, price_table, prices
@@ -67,6 +75,7 @@ class Prediction:
     uncertainty: Uncertainty | None = None  # the profile's: how far a measurement may fall from this
     staleness: float | None = None  # ASP/SSP: other workers' updates one push merges (None: BSP)
     cache_billing: str | None = None  # a cache channel's: how its cost is billed (``CacheBilling.describe``)
+    rendezvous_billing: str | None = None  # a direct channel's: what its rendezvous service is priced as
 
     @property
     def label(self) -> str:
@@ -110,6 +119,7 @@ class Prediction:
             "uncertainty": None if self.uncertainty is None else asdict(self.uncertainty),
             "staleness": self.staleness,
             "cache_billing": self.cache_billing,
+            "rendezvous_billing": self.rendezvous_billing,
             "label": self.label,
             "time_range_s": list(self.time_range_s),
             "cost_range": list(self.cost_range),
@@ -139,6 +149,7 @@ class PredictionJson(TypedDict):
     uncertainty: dict[str, float] | None  # time_fraction, cost_fraction
     staleness: float | None
     cache_billing: str | None
+    rendezvous_billing: str | None
     label: str
     time_range_s: list[float]
     cost_range: list[float]
@@ -208,7 +219,9 @@ def predict_faas(
     ``cache``: how a cache channel is billed (None: the job's share of ``cache_node``'s hours; the
     command line's default is a node-based cluster for the job's time rounded up to the hour).
     A channel moves values at the function's network (``network.lambda_network_Bps``): a cache
-    channel puts the workers in a VPC.
+    channel puts the workers in a VPC. A direct channel sums over links between the workers
+    (``links.link_round``), its row's pattern the communicator's algorithm (``ring`` or ``doubling``;
+    ``pattern`` is what it falls back to), and prices its rendezvous service (``links.rendezvous_dollars``).
     """
     info = workload.check(profile)
     if workers < 1:
@@ -219,12 +232,17 @@ def predict_faas(
         raise ConfigError(f"Lambda memory must be {low:g}-{high:g} MB, got {memory_mb}")
     if authenticated is None:
         authenticated = values_authenticated(profile, channel)
+    links = over_links(channel) and workers > 1
+    if links and not over_links_priced(workload):
+        raise Infeasible("the model prices direct links for BSP rounds of an uncompressed vector only")
     # One worker synchronizes with nobody: no cache to reach (in a VPC) or to pay for.
     uses_cache = described(channel).billed_by == "node_hours" and workers > 1
     # Loads, checkpoints and the channel's values all move at the function's network, which may grow
     # with its memory outside a VPC (``network.lambda_network_Bps``).
     network = lambda_network_Bps(profile, memory_mb, vpc=in_vpc(channel) and workers > 1)
-    perf = scaled_channel(profile.channel(channel, authenticated=authenticated), network / faas.network_Bps)
+    perf = profile.channel(channel, authenticated=authenticated)
+    # A link's published rate is its own; a function's faster network outside a VPC lifts it.
+    perf = link_rate(perf, network) if links else scaled_channel(perf, network / faas.network_Bps)
     table = prices(region)
     billing = described(channel).prices
     if billing is not None and billing not in table:
@@ -291,13 +309,19 @@ def predict_faas(
     # A cache holds a round's values, and the previous round's until their writers delete them.
     stored = 2 * comm.requests.bytes_sent
     channel_dollars = _channel_dollars(channel, traffic, total_s, table, node, cache, stored) if workers > 1 else 0.0
+    rendezvous = rendezvous_of(profile) if links else None
+    if rendezvous is not None:
+        channel_dollars += rendezvous_dollars(rendezvous, table, workers=workers, wall_s=total_s, cache=cache)
+    notes: tuple[str, ...] = (MODELLED_NOTE,) if channel in MODELLED_ONLY else ()
+    if links and published_figures(profile, channel):
+        notes += (PUBLISHED_NOTE,)
     return Prediction(
         platform="faas",
         workers=workers,
         time_s=total_s,
         cost=lambda_dollars + storage_dollars + channel_dollars,
         option=channel,
-        pattern=pattern,
+        pattern=algorithm(workload.vector_bytes(info), perf.small_bytes) if links else pattern,
         memory_mb=memory_mb,
         rounds=sched.rounds,
         round_s=round_s,
@@ -315,10 +339,20 @@ def predict_faas(
         invocations=workers * invocations,
         compute_from=rates.source,
         architecture=architecture,
-        notes=(MODELLED_NOTE,) if channel in MODELLED_ONLY else (),
+        notes=notes,
         uncertainty=profile.uncertainty,
         staleness=expected_staleness(workload, workers),
         cache_billing=cache.describe(channel, node, total_s) if uses_cache else None,
+        rendezvous_billing=None if rendezvous is None else describe_rendezvous(rendezvous, cache, total_s),
+    )
+
+
+def published_figures(profile: Profile, channel: str) -> bool:
+    """Whether a channel's latency and bandwidth are published figures (the shipped direct channel's,
+    FMI's), not measured here: their source says so unless a calibration replaced them."""
+    return any(
+        profile.origin.get(f"channels.{channel}.{name}", "").startswith("published")
+        for name in ("latency_put_s", "bandwidth_put_Bps")
     )
 
 

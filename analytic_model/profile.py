@@ -200,6 +200,15 @@ class PollFigures:
 
 
 @dataclass(frozen=True)
+class RendezvousFigures:
+    """A direct channel's rendezvous: the instance its service runs on (priced in ``prices.json``'s
+    ``rendezvous``) and the store its workers publish their endpoints on."""
+
+    instance: str
+    store: str
+
+
+@dataclass(frozen=True)
 class Host:
     """The machine a calibration ran on."""
 
@@ -225,6 +234,7 @@ class Profile:
     poll: PollFigures
     codec_header_bytes: int
     uncertainty: Uncertainty  # how far a measurement may fall from a prediction
+    rendezvous: RendezvousFigures | None = None  # a direct channel's (None: a profile without one)
     created: str | None = None  # a calibrated profile's: when, and on which machine
     host: Host | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, metadata=INTERNAL)

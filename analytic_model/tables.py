@@ -31,8 +31,10 @@ class PriceTable(TypedDict):
     _dynamodb: str
     _elasticache_serverless: str
     _elasticache_valkey: str
+    _rendezvous: str
     _units: str
     elasticache_engines: Mapping[str, Mapping[str, float]]  # by region: Valkey's and Serverless's prices
+    rendezvous: Mapping[str, Mapping[str, float]]  # by region: a direct channel's rendezvous instance, per hour
     regions: Mapping[str, RegionPrices]
 
 
@@ -50,15 +52,20 @@ def price_table() -> PriceTable:
 
 def prices(region: str) -> RegionPrices:
     """One region's prices: ``lambda``, ``s3``, ``dynamodb``, ``elasticache`` and ``ec2``, and its
-    ``elasticache_engines`` (Valkey's and ElastiCache Serverless's) where the table has them."""
+    ``elasticache_engines`` (Valkey's and ElastiCache Serverless's) and ``rendezvous`` (a direct
+    channel's rendezvous instance) where the table has them."""
     table = price_table()
     try:
         region_prices = table["regions"][region]
     except KeyError:
         known = ", ".join(sorted(table["regions"]))
         raise ConfigError(f"no prices for region {region!r}; known: {known}") from None
-    engines = table.get("elasticache_engines", {}).get(region)
-    return region_prices if engines is None else {**region_prices, "elasticache_engines": engines}
+    extra = {
+        section: found
+        for section in ("elasticache_engines", "rendezvous")
+        if (found := table.get(section, {}).get(region)) is not None  # type: ignore[attr-defined]
+    }
+    return {**region_prices, **extra} if extra else region_prices
 
 
 ARCHITECTURES = ("x86_64", "arm64")

@@ -20,6 +20,15 @@ for the channel (from ``--profile``, or the shipped defaults), or where the mode
 patterns apart, the one a trial of them keeps, run in the cell as a job runs it. On S3
 ScatterReduce's raw plan is the library's packed layout: one object of a rank's pieces, and
 ranged GETs of it.
+
+``direct`` (``--channels ...,direct``) sums over TCP links between the W processes, meeting
+through the loopback Redis (``DirectCommunicator``; no raw plan: its row's pattern is ``links``).
+Every (W, d) also gets a ``gloo`` column: torch.distributed's all-reduce of the same W and d over
+gloo, in W processes started as the iaas-local backend starts its ranks (the median of its
+repeats; ``lambdaml.calibrate.gloo``, as ``bench/iaas_reduce.py`` times it), and a column of the
+bytes through the busiest process per round: a store channel's server moves every worker's
+bytes (all workers' sent and received, as the library counted them), a direct round's busiest
+worker its own link bytes.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import hashlib
 import logging
 import multiprocessing as mp
 import statistics
@@ -65,7 +75,9 @@ ITEM_LIMITS = {"memcached": memcached.DEFAULT_MAX_ITEM_BYTES, "dynamodb": dynamo
 PATTERNS = ("allreduce", "scatter_reduce", "scatter_reduce_2d", "auto")
 FIXED = PATTERNS[:3]
 DEFAULT_PATTERNS = ("allreduce", "scatter_reduce")  # the table in bench/RESULTS.md
-KINDS = ("s3", "redis", "memcached", "dynamodb")
+KINDS = ("s3", "redis", "memcached", "dynamodb", "direct")
+DIRECT = "direct"
+LINKS = "links"  # a direct row's pattern: the communicator's own sum over links
 BARRIER_TIMEOUT_S = 300.0
 RESULT_TIMEOUT_S = 900.0
 CSV_PATH = Path(__file__).resolve().parent / "results" / "collectives.csv"
@@ -313,7 +325,7 @@ def measure(
     comm = ChannelCommunicator(channel, f"bench-{run_id}", rank, world, pattern=pattern, timeout_s=BARRIER_TIMEOUT_S)
     times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
     cpu: dict[str, list[float]] = {"lib": [], "raw": []}
-    counts = {"puts": 0.0, "gets": 0.0}
+    counts = {"puts": 0.0, "gets": 0.0, "bytes_sent": 0.0, "bytes_received": 0.0}
     for i in range(WARM_UP_ROUNDS + rounds_for(d)):
         barrier.wait(BARRIER_TIMEOUT_S)
         before = comm.stats()
@@ -336,6 +348,40 @@ def measure(
     comm.finish()
     figures = {name: n / (WARM_UP_ROUNDS + rounds_for(d)) for name, n in counts.items()}
     return times, figures | {f"{mode}_cpu_ms": 1000 * statistics.median(v[WARM_UP_ROUNDS:]) for mode, v in cpu.items()}
+
+
+def measure_direct(
+    rank: int, world: int, store: Channel, spec: ChannelSpec, barrier: Barrier, d: int, run_id: str
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
+    """A direct channel's rounds over links (no raw plan): each round's (start, end), and this rank's
+    link bytes sent and received per round (every peer reached by a link, no round on the store)."""
+    from lambdaml.channels.kinds.direct import DirectSpec
+    from lambdaml.comm.direct.communicator import DirectCommunicator
+
+    x = np.random.default_rng(rank).standard_normal(d, dtype=np.float32)
+    secret = hashlib.sha256(f"bench-{run_id}".encode()).digest()  # every rank's, the links' challenge keyed by it
+    comm = DirectCommunicator(
+        store, f"bench-{run_id}", rank, world, spec=DirectSpec.of(spec), secret=secret, timeout_s=BARRIER_TIMEOUT_S
+    )
+    times: dict[str, list[tuple[float, float]]] = {"lib": [], "raw": []}
+    cpu: list[float] = []
+    moved = 0.0
+    for _ in range(WARM_UP_ROUNDS + rounds_for(d)):
+        barrier.wait(BARRIER_TIMEOUT_S)
+        before = comm.link_stats()
+        cpu_started, started = time.process_time(), time.perf_counter()
+        comm.allreduce(x)
+        times["lib"].append((started, time.perf_counter()))
+        cpu.append(time.process_time() - cpu_started)
+        after = comm.link_stats()
+        moved += sum(after[k] - before[k] for k in ("bytes_sent_links", "bytes_received_links"))
+    stats = comm.link_stats()
+    comm.finish()
+    if stats["links_direct"] < world - 1 or stats["rounds_fallback"]:
+        raise RuntimeError(f"rank {rank}: links fell back to the store: {stats}")
+    rounds = WARM_UP_ROUNDS + rounds_for(d)
+    figures = {"puts": 0.0, "gets": 0.0, "bytes_sent": 0.0, "bytes_received": 0.0, "link_bytes": moved / rounds}
+    return times, figures | {"lib_cpu_ms": 1000 * statistics.median(cpu[WARM_UP_ROUNDS:]), "raw_cpu_ms": 0.0}
 
 
 def run_trial(
@@ -371,6 +417,12 @@ def worker_main(rank: int, world: int, specs: dict[str, dict[str, Any]], conn: C
             if message is None:
                 break
             kind, pattern, d, run_id = message
+            if kind == DIRECT:  # over the rendezvous store's channel, no raw client
+                spec = ChannelSpec.model_validate(specs[kind])
+                if kind not in channels:
+                    channels[kind] = open_channel(spec)
+                conn.send(("ok", measure_direct(rank, world, channels[kind], spec, barrier, d, run_id)))
+                continue
             if kind not in channels:
                 spec = ChannelSpec(**specs[kind])
                 channels[kind], raws[kind] = open_channel(spec), RawClient(spec)
@@ -416,6 +468,12 @@ class Workers:
             out[mode] = spans[WARM_UP_ROUNDS:]
         names = ("puts", "gets", "lib_cpu_ms", "raw_cpu_ms")
         figures = {name: statistics.mean(c[name] for _, c in replies.values()) for name in names}
+        # Bytes through the busiest process a round: a store's server moves every worker's bytes;
+        # over links, the busiest worker moves its own.
+        if kind == DIRECT:
+            figures["busiest_bytes"] = max(c["link_bytes"] for _, c in replies.values())
+        else:
+            figures["busiest_bytes"] = sum(c["bytes_sent"] + c["bytes_received"] for _, c in replies.values())
         return out, figures
 
     def trial(self, kind: str, contenders: tuple[str, ...], d: int) -> tuple[str, dict[str, float] | None]:
@@ -483,6 +541,8 @@ class Row:
     vs_best: float | None = None  # auto only: its choice's round / the better fixed pattern's
     rounds_ms: list[float] = field(default_factory=list)  # every measured round (not in the CSV)
     tied: bool = False  # auto only: its choice's rounds and the better one's lie within their spread
+    gloo_ms: float | None = None  # torch.distributed's all-reduce over gloo, same W and d (median of its repeats)
+    busiest_bytes: float | None = None  # bytes through the busiest process a round (a store's server, or a worker)
 
 
 def fmt(value: float | None, spec: str = ".1f") -> str:
@@ -492,7 +552,7 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 def print_table(rows: list[Row]) -> None:
     head = (
         f"{'channel':<10} {'W':>2} {'d':>9} {'pattern':<17} {'round ms':>9} {'raw ms':>9} {'ratio':>6} "
-        f"{'PUTs':>5} {'GETs':>6} {'CPU ms':>7} {'raw CPU':>7}  note"
+        f"{'PUTs':>5} {'GETs':>6} {'CPU ms':>7} {'raw CPU':>7} {'gloo ms':>8} {'busiest MB':>10}  note"
     )
     print(head)
     print("-" * len(head))
@@ -500,14 +560,15 @@ def print_table(rows: list[Row]) -> None:
         print(
             f"{r.channel:<10} {r.world:>2} {r.d:>9.0e} {r.pattern:<17} {fmt(r.round_ms):>9} "
             f"{fmt(r.raw_ms):>9} {fmt(r.ratio, '.2f'):>6} {fmt(r.puts):>5} {fmt(r.gets):>6} "
-            f"{fmt(r.cpu_ms, '.2f'):>7} {fmt(r.raw_cpu_ms, '.2f'):>7}  {r.note}"
+            f"{fmt(r.cpu_ms, '.2f'):>7} {fmt(r.raw_cpu_ms, '.2f'):>7} {fmt(r.gloo_ms, '.1f'):>8} "
+            f"{fmt(None if r.busiest_bytes is None else r.busiest_bytes / 1e6, '.2f'):>10}  {r.note}"
         )
 
 
 def print_speedups(rows: list[Row]) -> None:
     print("\nScatterReduce speed-up over AllReduce (AllReduce ms / ScatterReduce ms):")
     index = {(r.channel, r.world, r.d, r.pattern): r for r in rows}
-    for kind in dict.fromkeys(r.channel for r in rows):
+    for kind in dict.fromkeys(r.channel for r in rows if r.pattern != LINKS):
         cells = []
         for world, d in sorted({(r.world, r.d) for r in rows if r.channel == kind}):
             ar, sr = index.get((kind, world, d, "allreduce")), index.get((kind, world, d, "scatter_reduce"))
@@ -529,6 +590,31 @@ def print_targets(rows: list[Row]) -> None:
         if r.pattern == "scatter_reduce" and r.d >= 1_000_000 and r.world >= 4 and ar and ar.round_ms and r.round_ms:
             verdict = "faster" if r.round_ms < ar.round_ms else "NOT faster"
             print(f"  {r.channel} W={r.world} d={r.d:.0e}: ScatterReduce {verdict} than AllReduce")
+    for r in rows:
+        if r.pattern == LINKS and r.round_ms:
+            print_direct_targets(r, rows)
+
+
+def print_direct_targets(direct: Row, rows: list[Row]) -> None:
+    """Issue 44's checks of one direct cell: against gloo, the best S3 and Redis patterns, and the busiest process."""
+    cell = f"  direct W={direct.world} d={direct.d:.0e}:"
+    assert direct.round_ms is not None
+    if direct.gloo_ms:
+        limit = 1.5 if direct.d >= 1_000_000 else 2.0
+        times = direct.round_ms / direct.gloo_ms
+        print(f"{cell} {times:.2f}x gloo's round (target at most {limit:g}x: {'met' if times <= limit else 'MISSED'})")
+    same = [r for r in rows if (r.world, r.d) == (direct.world, direct.d) and r.round_ms and r.pattern in FIXED]
+    for kind, factor in (("s3", 5.0), ("redis", 1.0)):
+        best = min((r for r in same if r.channel == kind), key=lambda r: r.round_ms or 0.0, default=None)
+        if best is None or not best.round_ms:
+            continue
+        speed = best.round_ms / direct.round_ms
+        aim = f"at least {factor:g}x faster" if factor > 1 else "no slower"
+        verdict = "met" if speed >= factor else "MISSED"
+        print(f"{cell} {speed:.2f}x as fast as {kind}'s best ({best.pattern}; target {aim}: {verdict})")
+        if best.busiest_bytes and direct.busiest_bytes:
+            mine, server = direct.busiest_bytes / 1e6, best.busiest_bytes / 1e6
+            print(f"{cell} busiest process {mine:.2f} MB a round, {kind}'s server {server:.2f} MB")
 
 
 def print_request_targets(rows: list[Row]) -> None:
@@ -563,7 +649,8 @@ def write_csv(rows: list[Row], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        header = ["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "puts", "gets", "cpu_ms", "raw_cpu_ms"]
+        header = ["channel", "W", "d", "pattern", "round_ms", "raw_ms", "ratio", "puts", "gets", "cpu_ms", "raw_cpu_ms",
+                  "gloo_ms", "busiest_bytes"]  # fmt: skip
         out.writerow([*header, "note"])
         for r in rows:
             out.writerow(
@@ -579,6 +666,8 @@ def write_csv(rows: list[Row], path: Path) -> None:
                     fmt(r.gets, ".2f"),
                     fmt(r.cpu_ms, ".2f"),
                     fmt(r.raw_cpu_ms, ".2f"),
+                    fmt(r.gloo_ms, ".2f"),
+                    fmt(r.busiest_bytes, ".0f"),
                     r.note,
                 ]
             )
@@ -586,15 +675,17 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 def measure_cell(workers: Workers, kind: str, d: int, pattern: str, started: float) -> Row:
     t, figures = workers.run(kind, pattern, d)
-    ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True))
-    lib_ms, raw_ms = statistics.median(t["lib"]), statistics.median(t["raw"])
+    lib_ms = statistics.median(t["lib"])
+    raw_ms = statistics.median(t["raw"]) if t["raw"] else None  # a direct round has no raw plan
+    ratio = statistics.median(lib / raw for lib, raw in zip(t["lib"], t["raw"], strict=True)) if t["raw"] else None
     row = Row(
-        kind, workers.world, d, pattern, lib_ms, raw_ms, ratio, figures["puts"], figures["gets"],
-        cpu_ms=figures["lib_cpu_ms"], raw_cpu_ms=figures["raw_cpu_ms"], rounds_ms=t["lib"],
+        kind, workers.world, d, LINKS if kind == DIRECT else pattern, lib_ms, raw_ms, ratio, figures["puts"],
+        figures["gets"], cpu_ms=figures["lib_cpu_ms"], raw_cpu_ms=None if raw_ms is None else figures["raw_cpu_ms"],
+        rounds_ms=t["lib"], busiest_bytes=figures["busiest_bytes"],
     )  # fmt: skip
     log.info(
-        "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %.1f ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
-        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, raw_ms, figures["puts"],
+        "[%4.0fs] %s W=%d d=%.0e %s: %.1f ms, raw %s ms, %.1f PUTs and %.1f GETs a worker; rounds %s, raw %s",
+        time.monotonic() - started, kind, workers.world, d, pattern, lib_ms, fmt(raw_ms), figures["puts"],
         figures["gets"], [round(v, 1) for v in t["lib"]], [round(v, 1) for v in t["raw"]],
     )  # fmt: skip
     return row
@@ -661,13 +752,33 @@ def measure_all(
                         note = f"skipped: DynamoDB capped at d <= {slow_cap:.0e} (--slow-cap)"
                         rows += [Row(kind, world, d, pattern, None, None, None, note=note) for pattern in patterns]
                         continue
+                    if kind == DIRECT:  # one sum, whatever the pattern: the communicator's own over links
+                        rows.append(measure_cell(workers, kind, d, fixed[0], started))
+                        continue
                     cell = {pattern: measure_cell(workers, kind, d, pattern, started) for pattern in fixed}
                     rows += cell.values()
                     if "auto" in patterns:
                         rows.append(auto_row(profile or load_profile(None), cell, workers))
         finally:
             workers.close()
+        gloo = gloo_ms(world, sizes)
+        for row in rows:
+            if row.world == world:
+                row.gloo_ms = gloo.get(row.d)
     return rows
+
+
+def gloo_ms(world: int, sizes: Sequence[int], repeats: int = 15) -> dict[int, float]:
+    """torch.distributed's all-reduce over gloo of each size's float32 in ``world`` ranks (ms, the
+    median of ``repeats``; the slowest rank's time each): nothing where torch is missing."""
+    from lambdaml.calibrate.gloo import measure_gloo, torch_available
+
+    if not torch_available():
+        log.warning("no gloo column: torch is not installed")
+        return {}
+    times = measure_gloo(world, list(sizes), repeats).samples_s
+    log.info("gloo W=%d: %s", world, {d: f"{1000 * min(t):.1f} least" for d, t in times.items()})
+    return {d: 1000 * statistics.median(t) for d, t in times.items()}
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -757,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
             "redis": ChannelSpec(kind="redis", host="127.0.0.1", port=redis_svc.port),
             "memcached": ChannelSpec(kind="memcached", host="127.0.0.1", port=memcached_svc.port),
         }
+        redis_spec = {"kind": "redis", "host": "127.0.0.1", "port": redis_svc.port}
+        specs[DIRECT] = ChannelSpec.model_validate({"kind": DIRECT, "rendezvous": redis_spec})
         for kind in kinds:
             with open_channel(specs[kind]) as channel:
                 channel.ensure()
@@ -764,7 +877,8 @@ def main(argv: list[str] | None = None) -> int:
             {k: s.model_dump() for k, s in specs.items()}, kinds, worlds, sizes, args.slow_cap, started, patterns,
             load_profile(args.profile),
         )  # fmt: skip
-    rows.sort(key=lambda r: (kinds.index(r.channel), r.world, r.d, PATTERNS.index(r.pattern)))
+    order = (*PATTERNS, LINKS)
+    rows.sort(key=lambda r: (kinds.index(r.channel), r.world, r.d, order.index(r.pattern)))
     print()
     print_table(rows)
     print_speedups(rows)

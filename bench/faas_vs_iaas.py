@@ -2,11 +2,11 @@
 
 Run: ``.venv/bin/python bench/faas_vs_iaas.py [--rows N] [--epochs E] [--batch-size B]``.
 It starts its own moto, Redis and Memcached on loopback ports, prepares the dataset once,
-and trains the identical job (BSP GA-SGD, AllReduce) four ways in one run: the local FaaS
-backend (one process per worker, as Lambda runs them) over Redis, over S3 and over
-Memcached, and ``iaas-local`` (torchrun, gloo). It prints per-epoch time, its breakdown
-per worker (load, compute, communicate, wait), cost, final loss and the ratios against
-the gloo run, and writes ``bench/results/faas_vs_iaas.{csv,png}`` (the PNG is the
+and trains the identical job (BSP GA-SGD, AllReduce) five ways in one run: the local FaaS
+backend (one process per worker, as Lambda runs them) over Redis, over S3, over Memcached
+and over direct links (meeting through the Redis), and ``iaas-local`` (torchrun, gloo). It
+prints per-epoch time, its breakdown per worker (load, compute, communicate, wait), cost,
+final loss and the ratios against the gloo run, and writes ``bench/results/faas_vs_iaas.{csv,png}`` (the PNG is the
 ``lambdaml compare`` plot: loss against time and against dollars).
 
 Everything shares this machine's cores, so the figures compare the transports and the
@@ -80,6 +80,7 @@ def main() -> None:
             ("local", {"kind": "redis", "port": redis.port}),
             ("local", {"kind": "s3", "bucket": "bench-comm", "endpoint_url": moto.url}),
             ("local", {"kind": "memcached", "port": memcached.port}),
+            ("local", {"kind": "direct", "rendezvous": {"kind": "redis", "port": redis.port}}),
             ("iaas-local", {"kind": "redis", "port": redis.port}),  # the channel is unused: gloo
         ]
         results = []

@@ -36,12 +36,14 @@ from lambdaml.calibrate.compute import (
     measure_mac_Bps,
     measure_sparse,
 )
+from lambdaml.calibrate.direct import direct_figures
 from lambdaml.calibrate.exchange import measure_exchange
 from lambdaml.calibrate.gloo import gloo_figures, torch_available
 from lambdaml.calibrate.heartbeat import measure_heartbeat
 from lambdaml.calibrate.probing import Effort, cores
 from lambdaml.calibrate.startup import measure_load, measure_startup
 from lambdaml.channels import open_channel
+from lambdaml.channels.kinds.direct import DirectSpec
 from lambdaml.config import ChannelSpec, RuntimeSpec, StorageSpec
 from lambdaml.runtime.heap import keep_freed_buffers
 
@@ -89,6 +91,9 @@ def _unshared(store: StoreFigures, calls: CallFigures) -> StoreFigures:
 def channel_figures(spec: ChannelSpec, effort: Effort, say: Callable[[str], None] | None = None) -> ChannelCalibration:
     """Everything the model needs to know about one channel."""
     say = say or (lambda _: None)
+    if isinstance(spec, DirectSpec):  # links between the workers: no store's calls to time
+        say("channel direct: links between processes")
+        return direct_figures(spec, effort, measure_mac_Bps(), measure_add_Bps())
     keep_freed_buffers()  # this process measures one worker's calls: its heap behaves as a worker's
     say(f"channel {spec.kind}: latency and bandwidth")
     growth: float | None = None

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
+from analytic_model.kinds import default_channels
 from lambdaml import catalogue
 from lambdaml.calibrate.probing import median_time
 from lambdaml.config import ChannelSpec, StorageSpec
@@ -17,8 +18,10 @@ from lambdaml.errors import ConfigError
 if TYPE_CHECKING:
     from lambdaml.platforms.aws_lambda.stack import LambdaStack as Stack
 
-#: What calibration measures by default: every channel that workers in separate processes share.
-KINDS = tuple(catalogue.shared_channels())
+DIRECT = "direct"
+
+#: What calibration measures by default: the channels the advisor tries by default.
+KINDS = tuple(default_channels())
 
 
 @contextmanager
@@ -39,6 +42,8 @@ def local_channels(
         token = secrets.token_hex(3)
         for kind in kinds:
             info = catalogue.channel(kind)
+            if kind == DIRECT:  # links on loopback, meeting through a Redis (the one measured, or its own)
+                continue
             if info.aws_service is not None:  # the fields naming a stack's resources name fresh ones here
                 names = {provided.field: f"lambdaml-calibrate-{token}" for provided in info.stack_fields}
                 specs[kind] = ChannelSpec.model_validate({"kind": kind, **names, "endpoint_url": endpoint_url})
@@ -54,6 +59,19 @@ def local_channels(
                 specs[kind] = ChannelSpec.model_validate({"kind": kind, "host": host, "port": int(port)})
             else:
                 raise ConfigError(f"a {kind} channel cannot be set up here to measure; known: {', '.join(KINDS)}")
+        if DIRECT in kinds:
+            rendezvous = specs.get("redis")
+            if rendezvous is None:
+                address = (addresses or {}).get("redis")
+                if address is None:
+                    service = services.start_channel_server("redis")
+                    stack.callback(service.stop)
+                    address = f"127.0.0.1:{service.port}"
+                host, _, port = address.rpartition(":")
+                if not host or not port.isdigit():
+                    raise ConfigError(f"--redis must be HOST:PORT, got {address!r}")
+                rendezvous = ChannelSpec.model_validate({"kind": "redis", "host": host, "port": int(port)})
+            specs[DIRECT] = ChannelSpec.model_validate({"kind": DIRECT, "rendezvous": rendezvous.model_dump()})
         yield specs, StorageSpec(bucket=f"lambdaml-calibrate-data-{token}", endpoint_url=endpoint_url)
 
 
@@ -64,6 +82,8 @@ def stack_target(name: str, kinds: Sequence[str]) -> tuple[dict[str, ChannelSpec
     stack = resolve_stack(name)
     specs: dict[str, ChannelSpec] = {}
     for kind in kinds:
+        if kind == DIRECT:  # its links join functions: only they can time them
+            raise ConfigError(f"a direct channel's links join a stack's functions: calibrate it here, not on {name!r}")
         cache = stack.environment()
         if catalogue.channel(kind).stack_cache and (cache.cache_kind != kind or cache.cache_host is None):
             raise ConfigError(f"stack {name!r} has no {kind} cache; calibrate the channels it has")

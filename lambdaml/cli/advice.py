@@ -83,7 +83,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             timed_from_here=not local, on_step=step,
         )  # fmt: skip
     else:
-        addresses = {kind: getattr(args, server_address(kind), None) for kind in kinds}
+        # A direct channel meets through a Redis: --redis's, where given.
+        addresses = {kind: getattr(args, server_address(kind), None) for kind in (*kinds, "redis")}
         with cal.local_channels(kinds, endpoint_url=args.endpoint_url, addresses=addresses) as (specs, storage):
             measured = cal.calibrate(
                 specs, [probe], storage=storage, effort=effort, target=target, shared_cores=cal.cores(), on_step=step

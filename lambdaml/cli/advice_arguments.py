@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analytic_model.kinds import MODELLED_ONLY
+from analytic_model.kinds import MODELLED_ONLY, default_channels
 from analytic_model.tables import ARCHITECTURES
 from lambdaml import catalogue
 from lambdaml.cli.arguments import names_in, output_args, plot_arg
@@ -25,8 +25,8 @@ def add_advisor_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     calibrate.add_argument(
         "--channels",
         type=names_in("channel", catalogue.shared_channels()),
-        default=",".join(catalogue.shared_channels()),
-        help="comma-separated kinds (default: %(default)s)",
+        default=",".join(default_channels()),
+        help="comma-separated kinds (default: %(default)s; direct when named)",
     )
     calibrate.add_argument(
         "--model", default="lr", choices=list(catalogue.MODELS), help="model whose per-sample compute is timed"

@@ -122,6 +122,23 @@ def result_table(result: JobResult) -> Table:
     return table
 
 
+def links_line(result: JobResult) -> str | None:
+    """How a direct job's values travelled: the pairs its links joined, those dropped, the rounds
+    some values went through the store, and the bytes the links carried; None for other channels."""
+    rows = [w.channel for w in result.workers]
+    if not rows or any(c.links_direct is None for c in rows):
+        return None
+    world = len(rows)
+    pairs = int(sum(c.links_direct or 0 for c in rows)) // 2
+    dropped = int(sum(c.links_dropped or 0 for c in rows)) // 2
+    fallback = int(max(c.rounds_fallback or 0 for c in rows))
+    carried = sum(c.bytes_sent_links or 0 for c in rows)
+    return (
+        f"links: {pairs} of {world * (world - 1) // 2} pairs direct, {dropped} dropped; "
+        f"{plural(fallback, 'round')} with values through the store; {size(carried)} over links"
+    )
+
+
 def print_result(result: JobResult) -> None:
     """A finished job: the per-worker table, then its results (accuracy, time and model, cost, result file).
 
@@ -153,6 +170,9 @@ def print_result(result: JobResult) -> None:
             f"(${lam['dollars']:.6f}); {channel['kind']} {plural(int(channel['requests']), 'request')} "
             f"(${channel['dollars']:.6f}); prices as of {cost['prices_checked']}"
         )
+    links = links_line(result)
+    if details and links:
+        console.print(links)
     chose = result.spec.get("sync", {}).get("pattern") == "auto"
     if details and chose and result.pattern is not None and result.predicted_round_s is not None:
         from lambdaml.comm.trial import faster_than_kept, rounds_text
@@ -313,9 +333,14 @@ def _print_advice(advice: Any, *, every: bool) -> None:
     console.print(advice_table(advice, every=every))
     if _starred_digits(_advice_rows(advice, every=every))[1]:
         console.print("* rows that read alike: the upper is faster, the lower cheaper, by less than the digits shown")
+    from analytic_model.kinds import NOTE_MEANINGS
+
     for note in sorted({note for p in advice.rows for note in p.notes}):
         kinds = sorted({p.option for p in advice.rows if note in p.notes})
-        console.print(f"~ {', '.join(kinds)}: {note} (a prediction for a channel lambdaml cannot run)")
+        console.print(f"~ {', '.join(kinds)}: {note} ({NOTE_MEANINGS.get(note, 'see --json')})")
+    shown = [p for p, _ in _advice_rows(advice, every=every)]
+    for how in dict.fromkeys(p.rendezvous_billing for p in shown if p.rendezvous_billing):
+        console.print(f"direct: its rendezvous service is priced as {how}, beside the endpoints' store requests")
     spread = advice.uncertainty
     if spread is not None:
         console.print(

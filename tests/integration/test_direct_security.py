@@ -107,7 +107,7 @@ def test_a_replayed_or_misplaced_frame_is_refused_and_its_link_dropped(
         sender.close()
 
 
-def test_a_frame_sealed_without_the_jobs_secret_is_refused(receiver: DirectCommunicator) -> None:
+def test_with_integrity_mac_a_frame_sealed_without_the_jobs_secret_is_refused(receiver: DirectCommunicator) -> None:
     ours, sender, dropped = linked(receiver, sender_secret=seal.new_secret())
     try:
         assert sender.send(0, piece(5, 1), (b"forged",))
@@ -151,3 +151,26 @@ def test_a_peer_that_stops_sending_ends_the_round_at_the_timeout_with_one_clear_
         for comm in comms:
             comm.close()
             comm.channel.close()
+
+
+def test_under_integrity_auto_a_frame_moved_to_another_key_is_refused(receiver: DirectCommunicator) -> None:
+    """Frames between peers that proved the secret are bound to their key: one sealed for round 5's
+    piece and sent as another rank's is refused, as a value moved on a store is."""
+    from lambdaml.comm.direct import links
+
+    assert not receiver.spec.links_carry_mac
+    mine, theirs = socket.socketpair()
+    dropped = Dropped()
+    ours = Links(
+        {1: mine}, Sealer(None), admit=receiver._admit, on_drop=dropped,
+        goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
+    )  # fmt: skip
+    try:
+        claimed, sealed = piece(5, 1), Sealer(None).seal(piece(5, 2), b"moved")
+        name = claimed.encode()
+        theirs.sendall(links._FRAME.pack(links._MAGIC, len(name), len(sealed)) + name + sealed)
+        assert ours.receive(1, claimed, 30) is None
+        assert "another key" in dropped.why()[0]
+    finally:
+        ours.close()
+        theirs.close()

@@ -59,8 +59,24 @@ class DirectSpec(ChannelSpec):
                 f"a direct channel meets through {', '.join(RENDEZVOUS_KINDS)}, not {self.rendezvous.kind}"
             )
         if self.integrity == "bound":
-            raise ValueError("a direct channel's links are open to anyone who reaches them: integrity must be mac")
+            raise ValueError("a direct channel admits a peer by the job's secret: integrity is auto or mac")
         return self
+
+    @property
+    def authenticates_values(self) -> bool:
+        """Always: the job's secret admits a peer to a link, and the store's values carry its MAC."""
+        return True
+
+    @property
+    def links_carry_mac(self) -> bool:
+        """Whether each frame carries the job's MAC (``integrity: mac``), or only its key's binding.
+
+        A link joins two peers that proved the job's secret, so under ``auto`` a frame is bound to
+        its key (a stray or replayed one is refused), as a value on a store that admits only
+        authenticated clients is; ``mac`` also stops a party on the path that can write into a
+        TCP stream, at the price of hashing every byte (most of a large round's CPU).
+        """
+        return self.integrity == "mac"
 
     @property
     def listen_address(self) -> str:
@@ -91,6 +107,7 @@ DESCRIPTION = ChannelInfo(
     "lambdaml.channels.direct:DirectChannel",
     spec=f"{__name__}:DirectSpec",
     title="direct",
+    authenticates_clients=True,  # a link joins only peers that proved the job's secret (``links_carry_mac``)
     billed_by="nothing",  # the links are free; the store and the rendezvous service are priced as themselves
     stack_fields=(StackField("reflector", "ReflectorEndpoint", "rendezvous service is"),),
 )

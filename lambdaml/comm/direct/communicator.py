@@ -77,8 +77,9 @@ class DirectCommunicator(ChannelCommunicator):
                 log.info("rank %d: restarted within its attempt; its values go through the store", self.rank)
             else:
                 sockets = self._link_peers(mine)
+            sealer = Sealer(self._secret if self.spec.links_carry_mac else None)
             self._links = Links(
-                sockets, Sealer(self._secret), admit=self._admit, on_drop=self._on_drop,
+                sockets, sealer, admit=self._admit, on_drop=self._on_drop,
                 goodbye=lambda peer: keys.link_goodbye_key(self.job_id, peer, self.attempt),
             )  # fmt: skip
         log.info("rank %d: linked to %d of %d peers", self.rank, len(sockets), self.world_size - 1)
