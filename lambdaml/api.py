@@ -8,6 +8,7 @@ over ``job_and_backend`` and ``lambdaml.driver``, as ``train`` here is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -17,9 +18,12 @@ from lambdaml.channels import Channel
 from lambdaml.config import JobSpec, StorageSpec, parse_job, read_job_file
 from lambdaml.data.shards import Manifest
 from lambdaml.errors import ConfigError
+from lambdaml.planning import Choice, Goal, choose_configuration, parse_duration, wants_choice
 from lambdaml.runtime.reports import JobResult
 from lambdaml.trained import TrainedModel
 from lambdaml.trained import load_model as _load_model
+
+log = logging.getLogger(__name__)
 
 #: A job as the API takes it: a job file's path, its content as a dict, or a JobSpec.
 JobSource = str | Path | Mapping[str, Any] | JobSpec
@@ -35,8 +39,11 @@ def job_and_backend(
     stack: str | None = None,
     workers: int | None = None,
     mlflow: str | None = None,
-) -> tuple[JobSpec, Backend]:
-    """The job with its overrides applied, and what runs it: a backend of this machine, or a stack."""
+    goal: Goal | None = None,
+) -> tuple[JobSpec, Backend, Choice | None]:
+    """The job with its overrides applied, and what runs it: a backend of this machine, or a stack;
+    with the configuration the cost model chose, where the job leaves some to it (``goal``: for a
+    deadline or a budget, else the advisor's recommendation)."""
     if isinstance(job, JobSpec):
         data: Any = job.model_dump(mode="json")
         source = f"job {job.name!r}"
@@ -46,22 +53,35 @@ def job_and_backend(
         data, source = read_job_file(job), str(job)
     overridden = [flag for flag, value in (("workers", workers), ("mlflow", mlflow)) if value is not None]
     if overridden and not isinstance(data, dict):
-        return parse_job(data, source), _never()  # parse_job reports the shape error
+        return parse_job(data, source), _never(), None  # parse_job reports the shape error
     if workers is not None:
         data = {**data, "workers": workers}
     if mlflow is not None:
         data = {**data, "tracking": {**dict(data.get("tracking") or {}), "mlflow": mlflow}}
     if overridden:
         source = f"{source} with {', '.join(f'--{flag}' for flag in overridden)}"
+    chosen = None
     if stack is not None:
         from lambdaml.backends.stack import StackBackend, bind, resolve_stack
 
         found = resolve_stack(stack)
-        return bind(data, found, source), StackBackend(found)
+        if goal is not None or wants_choice(data):
+            chosen = _choose(data, goal, lambda raw: bind(dict(raw), found, source), StackBackend.name, stack)
+            data = chosen.apply(data)
+        return bind(data, found, source), StackBackend(found), chosen
     from lambdaml.driver import backend_for
 
+    if goal is not None or wants_choice(data):
+        chosen = _choose(data, goal, lambda raw: parse_job(raw, source), backend, None)
+        data = chosen.apply(data)
     spec = parse_job(data, source)
-    return spec, backend_for(backend, spec)
+    return spec, backend_for(backend, spec), chosen
+
+
+def _choose(data: Any, goal: Goal | None, bind: Any, backend: str, stack: str | None) -> Choice:
+    chosen = choose_configuration(data, goal, bind, backend, stack=stack)
+    log.info("%s", chosen.describe())
+    return chosen
 
 
 def _never() -> Backend:
@@ -79,6 +99,8 @@ def train(
     mlflow: str | None = None,
     results_dir: str | Path | None = None,
     on_epoch: EpochHook | None = None,
+    deadline: str | float | None = None,
+    budget: float | None = None,
 ) -> JobResult:
     """Run a job to its end and return its result (the model's location, loss curve, time and cost).
 
@@ -86,13 +108,28 @@ def train(
     (torchrun and gloo); ``stack``: run on that deployed (or ``lambdaml local up``) stack's
     Lambda functions instead. ``resume`` continues an interrupted job by its id. ``mlflow``
     logs the run to that tracking URI. The result is also written to ``results_dir`` if given.
+    ``deadline`` (seconds, or "10m") or ``budget`` (dollars): the cost model chooses what the job
+    leaves as ``auto`` (workers, runtime.memory_mb, channel) to meet it; without either, as the
+    advisor recommends. The result records the prediction it ran under.
     """
     from lambdaml.driver import run_job
     from lambdaml.runtime.start import new_job_id
 
     if resume is not None and job_id is not None and resume != job_id:
         raise ConfigError("resume names the job to continue; it takes no other job_id")
-    spec, runner = job_and_backend(job, backend=backend, stack=stack, workers=workers, mlflow=mlflow)
+    if deadline is not None and budget is not None:
+        raise ConfigError("give deadline or budget, not both")
+    goal = None
+    if deadline is not None:
+        seconds = deadline if isinstance(deadline, int | float) else parse_duration(deadline, "deadline")
+        if not seconds > 0:
+            raise ConfigError(f"deadline must be positive, got {deadline!r}")
+        goal = Goal(deadline_s=float(seconds))
+    elif budget is not None:
+        if not budget > 0:
+            raise ConfigError(f"budget must be positive dollars, got {budget!r}")
+        goal = Goal(budget=float(budget))
+    spec, runner, chosen = job_and_backend(job, backend=backend, stack=stack, workers=workers, mlflow=mlflow, goal=goal)
 
     def on_event(event: JobEvent) -> None:
         if on_epoch is not None and event.rank == 0:
@@ -103,6 +140,7 @@ def train(
         job_id=resume or job_id or new_job_id(spec.name),
         backend=runner,
         resume=resume is not None,
+        under=None if chosen is None else chosen.ran_under(),
         on_event=on_event,
         results_dir=results_dir,
     )

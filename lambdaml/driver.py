@@ -47,16 +47,18 @@ def run_job(
     resume: bool = False,
     on_tracked: TrackedCallback | None = None,
     on_progress: ProgressCallback | None = None,
+    under: RanUnder | None = None,
 ) -> JobResult:
     """Run a job to the end and return its result record (also in the data bucket, and on disk).
 
     Its state is recorded as it goes; a failure or an interrupt (Ctrl-C) of workers on this
     machine is recorded too, so ``--resume`` can continue the job from its checkpoints.
+    ``under``: the prediction it was configured by (``lambdaml.planning``); else it is predicted here.
     """
     require_tracker(job)  # a job that asks for MLflow fails here, before any worker starts
     check_results_dir(results_dir)  # as does one whose result could not be written at the end
     runner = backend if isinstance(backend, Backend) else backend_for(backend, job)
-    under = predict(job, runner)  # before any worker starts; a job it cannot predict runs all the same
+    under = under or predict(job, runner)  # before any worker starts; a job it cannot predict runs all the same
     run = runner.launch(job, job_id=job_id, resume=resume)
     if under.prediction is None:  # the job is unaffected, and its result says why: information, not a warning
         log.info("%s", under.describe())

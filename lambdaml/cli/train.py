@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def cmd_train(args: argparse.Namespace) -> int:
     from lambdaml.config import parse_job, read_job_file
     from lambdaml.driver import backend_for
-    from lambdaml.planning import parse_goal
+    from lambdaml.planning import parse_goal, wants_choice
     from lambdaml.runtime.start import new_job_id
     from lambdaml.tracking import require_tracker
 
@@ -50,21 +50,21 @@ def cmd_train(args: argparse.Namespace) -> int:
             job_file["workers"] = args.workers
         if args.mlflow is not None and isinstance(job_file, dict):
             job_file["tracking"] = {**(job_file.get("tracking") or {}), "mlflow": args.mlflow}
-        if goal is not None:
-            chosen = choose(goal, job_file, lambda raw: bind(raw, stack), StackBackend.name, stack=stack.name)
-            job_file["workers"] = chosen.workers
+        if goal is not None or wants_choice(job_file):
+            chosen = choose(goal, job_file, lambda raw: bind(dict(raw), stack), StackBackend.name, stack=stack.name)
+            job_file = chosen.apply(job_file)
         job = bind(job_file, stack)
         require_tracker(job)  # before any worker starts, on every path: stack, detach, local
         backend = StackBackend(stack)
     else:
         job_file = read_job_file(args.job)
-        if goal is not None:
-            name = args.backend or "local"
-            chosen = choose(goal, job_file, lambda raw: parse_job(raw, str(args.job)), name)
-            job_file["workers"] = chosen.workers
-        job = parse_job(job_file, str(args.job))
-        if args.workers is not None:
-            job = parse_job({**job.model_dump(mode="json"), "workers": args.workers}, f"{args.job} with --workers")
+        source = str(args.job)
+        if args.workers is not None and isinstance(job_file, dict):
+            job_file, source = {**job_file, "workers": args.workers}, f"{args.job} with --workers"
+        if goal is not None or wants_choice(job_file):
+            chosen = choose(goal, job_file, lambda raw: parse_job(raw, source), args.backend or "local")
+            job_file = chosen.apply(job_file)
+        job = parse_job(job_file, source)
         if args.mlflow is not None:
             tracking = {**(job.tracking.model_dump() if job.tracking else {}), "mlflow": args.mlflow}
             job = parse_job({**job.model_dump(mode="json"), "tracking": tracking}, f"{args.job} with --mlflow")
@@ -86,14 +86,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return report(result, args.output)
 
 
-def choose(goal: Goal, job_file: Any, bind: Callable[[Any], Any], backend: str, *, stack: str | None = None) -> Choice:
-    """The worker count for a deadline or a budget (``lambdaml.planning``), said in one line before
-    any worker starts; a job file that does not leave the count to the model is one line too."""
-    from lambdaml.planning import choose_workers, wants_choice
+def choose(
+    goal: Goal | None, job_file: Any, bind: Callable[[Any], Any], backend: str, *, stack: str | None = None
+) -> Choice:
+    """The configuration for a deadline or a budget, or the advisor's recommendation for what the job
+    file leaves to it (``lambdaml.planning``), said in one line before any worker starts."""
+    from lambdaml.planning import choose_configuration
 
-    if not wants_choice(job_file):
-        raise ConfigError(f"--{goal.kind} chooses the worker count: set workers: auto in the job file")
-    chosen = choose_workers(job_file, goal, lambda count: bind({**job_file, "workers": count}), backend, stack=stack)
+    chosen = choose_configuration(job_file, goal, bind, backend, stack=stack)
     progress.print(chosen.describe())
     return chosen
 

@@ -72,6 +72,13 @@ class SyncSpec(Spec):
             raise ValueError(f"{exc}, or auto") from None
 
 
+#: A job file's word for "let the cost model choose" (``workers``, ``runtime.memory_mb``, ``channel``):
+#: ``lambdaml train`` fills it in before the job is validated (``lambdaml.planning``), for a
+#: ``--deadline`` or ``--budget``, or as the advisor recommends.
+AUTO = "auto"
+_CHOSEN = "is chosen by 'lambdaml train' (for --deadline D or --budget B, else as the advisor recommends)"
+
+
 class RuntimeSpec(Spec):
     """How a worker survives Lambda's time limit and crashes."""
 
@@ -84,6 +91,13 @@ class RuntimeSpec(Spec):
     heartbeat_every_s: float = Field(1.0, ge=0, le=3600)
     # A local run is priced as Lambda would bill it at this memory (the template's WorkerMemoryMB).
     memory_mb: int = Field(3008, ge=128, le=10_240)
+
+    @field_validator("memory_mb", mode="before")
+    @classmethod
+    def _sized(cls, memory_mb: object) -> object:
+        if memory_mb == AUTO:
+            raise ValueError(f"auto {_CHOSEN}; give megabytes otherwise")
+        return memory_mb
 
 
 class IaaSSpec(Spec):
@@ -115,10 +129,6 @@ class TrackingSpec(Spec):
     _no_credentials = model_validator(mode="before")(refuse_tracking_credentials)
 
 
-#: A job file's ``workers`` that the cost model chooses (``train --deadline`` / ``--budget``).
-AUTO_WORKERS = "auto"
-
-
 class JobSpec(Spec):
     """A whole training job, as written in a job file."""
 
@@ -138,11 +148,16 @@ class JobSpec(Spec):
     @field_validator("workers", mode="before")
     @classmethod
     def _counted(cls, workers: object) -> object:
-        # ``auto`` is a job file's word for "let the cost model choose": ``train --deadline`` or
-        # ``--budget`` replaces it with a count before the job is validated (lambdaml.planning).
-        if workers == AUTO_WORKERS:
-            raise ValueError("auto is chosen by 'lambdaml train --deadline D' or '--budget B'; give a count otherwise")
+        if workers == AUTO:
+            raise ValueError(f"auto {_CHOSEN}; give a count otherwise")
         return workers
+
+    @field_validator("channel", mode="before")
+    @classmethod
+    def _one_channel(cls, channel: object) -> object:
+        if channel == AUTO or isinstance(channel, list):
+            raise ValueError(f"a channel to choose (auto, or a list) {_CHOSEN}; give one otherwise")
+        return channel
 
     @field_validator("name")
     @classmethod

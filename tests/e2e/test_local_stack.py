@@ -135,6 +135,33 @@ def test_a_direct_job_on_the_local_stack_links_its_functions_and_matches_the_sto
     np.testing.assert_array_equal(on_links, codec.decode_bundle(store.get(keys.job_model(on_redis.job_id)))["params"])
 
 
+def test_channel_auto_on_the_stack_chooses_among_the_stacks_channels_before_any_worker_starts(
+    local_stack: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    name, _ = local_stack
+    deployed = remote.resolve_stack(name)
+    X, y, _ = synthetic.higgs_like(2000, seed=5)
+    shards.prepare(remote.stack_store(deployed), "higgs-auto", X, y, shards=4)
+    job_file = tmp_path / "auto.yaml"
+    job_file.write_text(yaml.safe_dump({**JOB, "name": "e2e-auto", "dataset": "higgs-auto", "channel": "auto"}))
+    command = ["train", str(job_file), "--stack", name, "--budget", "1", "--output", "json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdaml", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("chose ")]
+    assert line.startswith("chose for the budget $1.00"), line
+    printed = json.loads(done.stdout)
+    kind = printed["spec"]["channel"]["kind"]
+    # The stack has its bucket, its table and a Redis cache (no Memcached): the choice is one of them.
+    assert kind in ("s3", "dynamodb", "redis", "direct") and f"({kind}" in printed["prediction"]["configuration"]
+    assert printed["prediction"]["chosen_for"] == "the budget $1.00" and printed["cost"]["total_dollars"] <= 1
+
+
 def test_function_logs_are_in_cloudwatch_logs_where_lambda_puts_them(local_stack: tuple[str, dict[str, Any]]) -> None:
     name, record = local_stack
     deployed = remote.resolve_stack(name)
