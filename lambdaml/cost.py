@@ -104,6 +104,8 @@ def lambda_seconds_cost(seconds: float, workers: int, memory_mb: int, region: st
 
 #: The node a finished job's cache channel is priced at (the template's default ElastiCache node).
 CACHE_NODE = "cache.t4g.small"
+#: The instance a finished direct job's rendezvous service is priced at (the template's).
+RENDEZVOUS_INSTANCE = "t4g.nano"
 
 
 def channel_cost(
@@ -113,16 +115,20 @@ def channel_cost(
     region: str,
     cache: CacheBilling | None = None,
     node: str = CACHE_NODE,
+    store: str | None = None,
 ) -> ChannelCost:
     """The channel's use in dollars, as its description bills it: its requests, or its cache.
 
     A cache is billed as ``cache`` says (the cache's lifetime in node-hours, or Serverless, whose
     data stored is taken at its minimum: a run does not count it); without one, the job's share
-    of ``node``'s hours: its own time, what it adds to a cluster that outlives it.
+    of ``node``'s hours: its own time, what it adds to a cluster that outlives it. ``store``: the
+    kind of the store a direct channel meets through, which its requests are billed as; its
+    rendezvous service is priced as a cache is, the job's share of ``RENDEZVOUS_INSTANCE``'s hours.
     """
+    table = prices(region)
     dollars = channel_dollars(
-        catalogue.channel(kind),
-        prices(region),
+        catalogue.channel(store or kind),
+        table,
         wall_s=wall_s,
         node=node,
         cache=cache,
@@ -133,6 +139,8 @@ def channel_cost(
         bytes_sent=traffic.get("bytes_sent", 0),
         bytes_received=traffic.get("bytes_received", 0),
     )
+    if store is not None and store != kind:
+        dollars += wall_s / 3600 * float(table["rendezvous"][RENDEZVOUS_INSTANCE])
     return {"requests": traffic.get("requests", 0), "dollars": dollars}
 
 
@@ -143,11 +151,12 @@ def job_cost(
     wall_s: float,
     region: str,
     cache: CacheBilling | None = None,
+    store: str | None = None,
 ) -> JobCost:
     """The cost section of a result: the workers' channel traffic and Lambda invocations, priced
-    (a cache as ``channel_cost`` prices it)."""
+    (a cache, and a direct channel's ``store``, as ``channel_cost`` prices them)."""
     lam = lambda_cost(invocations, region)
-    channel = channel_cost(kind, traffic, wall_s, region, cache)
+    channel = channel_cost(kind, traffic, wall_s, region, cache, store=store)
     return {
         "region": region,
         "prices_checked": price_table().get("_checked"),

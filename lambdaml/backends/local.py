@@ -216,7 +216,10 @@ class LocalBackend(MachineBackend):
     def cost(self, job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
         """Priced as Lambda would bill the same run: one invocation per worker for its whole time."""
         as_lambda = [Invocation(w.times.total_s, job.runtime.memory_mb, cold=True) for w in workers]
-        return job_cost(job.channel.kind, total_traffic(workers), as_lambda, wall_s, job.storage.region)
+        return job_cost(
+            job.channel.kind, total_traffic(workers), as_lambda, wall_s, job.storage.region,
+            store=job.channel.store_kind,
+        )  # fmt: skip
 
 
 #: A worker's message: (kind, rank, payload); see ``_worker_main``.

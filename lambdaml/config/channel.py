@@ -165,6 +165,11 @@ class ChannelSpec(Spec):
         """Where its store is, in a few words (a bucket, a table, host:port)."""
         return self.kind
 
+    @property
+    def store_kind(self) -> str:
+        """The kind of the store its values and requests go to: its own (direct: the one it meets through)."""
+        return self.kind
+
 
 SPEC_MODELS: SpecModels[ChannelSpec] = SpecModels("channel", "kind", ChannelSpec, catalogue.channel)
 

@@ -40,7 +40,10 @@ CostFunction = Callable[[JobSpec, Sequence[WorkerRow], float], JobCost]
 
 def lambda_job_cost(job: JobSpec, workers: Sequence[WorkerRow], wall_s: float) -> JobCost:
     """Lambda GB-seconds of the workers' billed invocations plus their channel's requests."""
-    return job_cost(job.channel.kind, total_traffic(workers), billed(workers), wall_s, job.storage.region)
+    return job_cost(
+        job.channel.kind, total_traffic(workers), billed(workers), wall_s, job.storage.region,
+        store=job.channel.store_kind,
+    )  # fmt: skip
 
 
 def check_results_dir(results_dir: str | Path | None) -> None:

@@ -64,3 +64,16 @@ def test_job_cost_adds_workers_up_and_rejects_unknown_regions() -> None:
     assert cost["total_dollars"] == pytest.approx(cost["lambda"]["dollars"] + cost["channel"]["dollars"])
     with pytest.raises(ConfigError, match="no prices for region 'mars-1'; known: eu-west-1, us-east-1, us-west-2"):
         job_cost("s3", traffic, invocations, wall_s=3, region="mars-1")
+
+
+def test_a_direct_jobs_channel_is_priced_as_its_store_and_its_rendezvous_instance() -> None:
+    from analytic_model.tables import prices
+    from lambdaml.cost import RENDEZVOUS_INSTANCE
+
+    traffic = {"puts": 1000, "gets": 3000, "requests": 4000}
+    on_s3 = channel_cost("s3", traffic, wall_s=1800, region="us-east-1")["dollars"]
+    direct = channel_cost("direct", traffic, wall_s=1800, region="us-east-1", store="s3")["dollars"]
+    instance = 0.5 * prices("us-east-1")["rendezvous"][RENDEZVOUS_INSTANCE]
+    assert on_s3 > 0 and instance > 0
+    assert direct == pytest.approx(on_s3 + instance)
+    assert channel_cost("direct", {}, wall_s=3600, region="us-east-1", store="redis")["dollars"] > 0

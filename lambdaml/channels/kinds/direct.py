@@ -98,6 +98,10 @@ class DirectSpec(ChannelSpec):
         return (urlsplit(endpoint).hostname or "") if isinstance(endpoint, str) else ""
 
     @property
+    def store_kind(self) -> str:
+        return self.rendezvous.kind
+
+    @property
     def place(self) -> str:
         return f"links, meeting through {self.rendezvous.kind} at {self.rendezvous.place}"
 
