@@ -34,7 +34,7 @@ from lambdaml.runtime.prediction_record import (
 from lambdaml.runtime.reports import PredictedRun
 
 if TYPE_CHECKING:
-    from analytic_model import Prediction
+    from analytic_model import Prediction, Workload
 
 #: Seconds in a duration's unit: ``90``, ``90s``, ``10m``, ``1.5h``.
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -101,6 +101,7 @@ class Choice:
     prediction: Prediction
     profile: str
     goal: Goal | None
+    workload: Workload | None = None
 
     @property
     def workers(self) -> int:
@@ -111,7 +112,7 @@ class Choice:
 
     def recorded(self) -> PredictedRun:
         """The chosen configuration's prediction as the result records it, with what it was chosen for."""
-        return replace(recorded(self.prediction, self.profile), chosen_for=self.reason())
+        return replace(recorded(self.prediction, self.profile, self.workload), chosen_for=self.reason())
 
     def ran_under(self) -> RanUnder:
         return RanUnder(prediction=self.recorded())
@@ -237,7 +238,7 @@ def choose_configuration(
     chosen = _pick([p for p, _ in found], goal, workload, template)
     fields = next(f for p, f in found if p is chosen)
     # A channel chosen is written as the file would give it, and bound to the stack like one.
-    return Choice(fields=fields, prediction=chosen, profile=name, goal=goal)
+    return Choice(fields=fields, prediction=chosen, profile=name, goal=goal, workload=workload)
 
 
 def _pick(found: list[Prediction], goal: Goal | None, workload: object, job: JobSpec) -> Prediction:

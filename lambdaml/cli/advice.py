@@ -50,6 +50,26 @@ def profile_path(name: str) -> Path:
     return settings.home() / "profiles" / f"{name}.json"
 
 
+def _refit(args: argparse.Namespace) -> int:
+    """``calibrate --from-results DIR``: the target's profile refit from its finished jobs."""
+    from lambdaml.calibrate.refit import refit_from_results
+
+    done = refit_from_results(Path(args.from_results), stack=args.stack, out=Path(args.out) if args.out else None)
+    factors = done.factors
+    channels = ", ".join(f"{kind} rounds {f:.2f}x" for kind, f in factors.channels.items())
+    console.print(
+        f"refit from {len(done.used)} finished jobs: compute {factors.compute:.2f}x, "
+        f"{channels + ', ' if channels else ''}start-up and the rest {factors.rest:.2f}x the figures' times"
+    )
+    for skipped in done.skipped:
+        progress.print(f"  skipped {skipped}")
+    console.print(
+        f"median time error on these jobs: {done.error_before:.0%} before, {done.error_after:.0%} after; "
+        f"profile written to {done.path}"
+    )
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from analytic_model.profile import save_profile
     from lambdaml import calibrate as cal
@@ -57,6 +77,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from lambdaml.config import check_endpoint_url
     from lambdaml.models import MODELS
 
+    if args.from_results is not None:
+        return _refit(args)
     check_endpoint_url(args.endpoint_url, "--endpoint-url")
     kinds = args.channels  # names the parser checked
     MODELS.get(args.model)  # a model whose package is missing (torch) fails here, before any measuring

@@ -23,6 +23,12 @@ def add_advisor_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     )
     calibrate.add_argument("--stack", default=None, help="measure this stack's channels (default: local services)")
     calibrate.add_argument(
+        "--from-results",
+        metavar="DIR",
+        default=None,
+        help="refit the target's profile (this machine's, or --stack's) from the finished jobs' result files in DIR",
+    )
+    calibrate.add_argument(
         "--channels",
         type=names_in("channel", catalogue.shared_channels()),
         default=",".join(default_channels()),

@@ -12,7 +12,8 @@ there is no prediction.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lambdaml import catalogue, settings
@@ -60,12 +61,17 @@ def describe_prediction(p: PredictedRun) -> str:
     )
 
 
+def profile_path_of(stack: str | None) -> Path:
+    """Where the target's calibrated profile is kept: the stack's, or this machine's (``local``)."""
+    return settings.home() / "profiles" / f"{stack or 'local'}.json"
+
+
 def profile_for(stack: str | None) -> tuple[Profile, str]:
     """The profile a job is predicted from, and how the result names it: the target's calibrated one
     (this machine's, or the stack's) over the AWS defaults, or the defaults alone."""
     from analytic_model import aws_profile, load_profile
 
-    path = settings.home() / "profiles" / f"{stack or 'local'}.json"
+    path = profile_path_of(stack)
     if path.is_file():
         return load_profile(path), f"calibrated profile {path}"
     return aws_profile(), AWS_DEFAULTS
@@ -125,11 +131,12 @@ def predict_job(
     return min(found, key=lambda p: p.time_s)
 
 
-def recorded(prediction: Prediction, profile_name: str) -> PredictedRun:
-    """A prediction as a result records it."""
+def recorded(prediction: Prediction, profile_name: str, workload: Workload | None = None) -> PredictedRun:
+    """A prediction as a result records it, with the workload it was made for."""
     low, high = prediction.time_range_s
     cost_low, cost_high = prediction.cost_range
     return PredictedRun(
+        workload=None if workload is None else asdict(workload),
         configuration=prediction.label,
         profile=profile_name,
         time_s=prediction.time_s,
@@ -149,8 +156,8 @@ def ran_under(job: JobSpec, backend: str, *, stack: str | None = None) -> RanUnd
     try:
         profile, name = profile_for(stack)
         manifest = read_manifest(open_storage(job.storage), job.dataset)
-        prediction = predict_job(job, workload_of(job, manifest), profile, backend)
-        return RanUnder(prediction=recorded(prediction, name))
+        workload = workload_of(job, manifest)
+        return RanUnder(prediction=recorded(predict_job(job, workload, profile, backend), name, workload))
     except LambdaMLError as exc:
         return RanUnder(unpredicted=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except Exception as exc:  # the model is advice: no fault of its may stop a job

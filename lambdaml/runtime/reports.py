@@ -371,6 +371,9 @@ class PredictedRun(Record):
     cost_high: float
     # What the configuration was chosen for (``train --deadline`` / ``--budget``); None: as the job gave it.
     chosen_for: str | None = field(default=None, metadata=OPTIONAL)
+    # The cost model's workload of the job (``analytic_model.Workload``'s fields): what a refit
+    # predicts the job from again (``lambdaml calibrate --from-results``).
+    workload: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True, kw_only=True)
