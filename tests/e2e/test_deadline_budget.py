@@ -19,6 +19,7 @@ import yaml
 from analytic_model import aws_profile
 from analytic_model.advisor import DEFAULT_MEMORY_MB, Advice
 from lambdaml.config import StorageSpec, parse_job
+from lambdaml.data import shards, synthetic
 from lambdaml.data.shards import read_manifest
 from lambdaml.planning import Goal, choose_configuration, parse_goal
 from lambdaml.runtime.prediction_record import predict_job, workload_of
@@ -108,6 +109,28 @@ def test_an_impossible_deadline_stops_in_one_line_with_nothing_started(user: Use
         f"error: nothing meets the 1.0s deadline: the fastest, {fastest.label}, is predicted "
     )
     assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == "", done.stderr
+    nothing_started(user)
+
+
+@pytest.fixture(scope="module")
+def million_rows(moto_url: str) -> StorageSpec:
+    """A bucket holding "small": a million Higgs-like rows, in 8 shards."""
+    spec = StorageSpec(bucket=unique_name("data"), endpoint_url=moto_url)
+    store = open_storage(spec)
+    store.ensure()
+    X, y, _ = synthetic.higgs_like(1_000_000, seed=0)
+    shards.prepare(store, "small", X, y, shards=8)
+    return spec
+
+
+def test_one_second_for_an_epoch_of_a_million_rows_stops_before_any_worker_starts(
+    user: User, million_rows: StorageSpec
+) -> None:
+    path = auto_job(user, million_rows)
+    done = user.run("train", str(path), "--deadline", "1s")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: nothing meets the 1.0s deadline: the fastest, FaaS "), done.stderr
+    assert "allow at least " in done.stderr and len(done.stderr.strip().splitlines()) == 1
     nothing_started(user)
 
 
