@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -133,6 +133,18 @@ class ChannelCommunicator(Communicator):
         self.trial = None
         timed = rounds_text(self.trial_round_s or {}, digits=2)
         log.info("pattern trial: keeping %s (%s)", chosen, timed or "a contender was not timed: the model's choice")
+
+    def exchange(self, tag: str, neighbours: Sequence[int], value: bytes) -> dict[int, memoryview]:
+        """One round of ``value`` to each of ``neighbours`` and theirs back, by rank: stored once
+        under this rank's key, read at each neighbour's. Only neighbours read a rank's value: one
+        that wrote round r has finished round r - 1, so the ranks h hops away have finished
+        r - h, and every rank on a ring is past round r - W//2."""
+        with self.collective() as round_:
+            round_.put(round_.key(tag, rank=round_.rank), value)
+            keys = {j: round_.key(tag, rank=j) for j in neighbours}
+            raw = round_.wait_for(list(keys.values()))
+            round_.retire(behind=round_.world_size // 2)
+            return {j: raw[key] for j, key in keys.items()}
 
     @contextlib.contextmanager
     def collective(self) -> Iterator[Round]:

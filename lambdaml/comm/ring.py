@@ -37,15 +37,9 @@ class RingExchange:
         """Send ``message`` to my neighbours and return theirs, by rank (empty when alone)."""
         if not self.neighbours:
             return {}
-        with self.comm.collective() as round_:
-            round_.put(round_.key(self.tag, rank=round_.rank), codec.encode_bundle(message))
-            keys = {j: round_.key(self.tag, rank=j) for j in self.neighbours}
-            raw = round_.wait_for(list(keys.values()))
-            # A neighbour that wrote round r has finished round r - 1, so the ranks h hops
-            # away have finished round r - h: every rank is past round r - W//2 and no one
-            # reads or writes it again.
-            round_.retire(behind=round_.world_size // 2)
-            return {
-                j: dict(codec.decode_bundle(raw[key], what=f"rank {j}'s message of round {round_.number}"))
-                for j, key in keys.items()
-            }
+        number = self.comm.round
+        raw = self.comm.exchange(self.tag, self.neighbours, codec.encode_bundle(message))
+        return {
+            j: dict(codec.decode_bundle(value, what=f"rank {j}'s message of round {number}"))
+            for j, value in raw.items()
+        }

@@ -223,3 +223,20 @@ def test_the_rendezvous_service_killed_mid_job_leaves_the_model_unchanged(
     assert reflector.process.returncode is not None
     np.testing.assert_array_equal(params, fault_free)
     assert link_counts(store, job_id, "links_direct") == [KILL_WORKERS - 1] * KILL_WORKERS
+
+
+def test_a_decentralized_jobs_neighbour_exchanges_go_over_links_with_the_stores_model(
+    kill_world: tuple[StorageSpec, Channel, np.ndarray], services: Services
+) -> None:
+    spec, store, _ = kill_world
+
+    def dpsgd(channel: dict[str, Any]) -> JobSpec:
+        job = make_job(spec, channel, KILL_WORKERS, "directkill").model_dump(mode="json")
+        return parse_job({**job, "algorithm": {"name": "dpsgd", "epochs": 2, "batch_size": 40, "lr": 0.5}})
+
+    on_redis, _ = run(dpsgd(channel_spec("redis", services).model_dump()), store)
+    on_links, job_id = run(dpsgd(direct(services)), store)
+    np.testing.assert_array_equal(on_links, on_redis)
+    assert link_counts(store, job_id, "rounds_fallback") == [0] * KILL_WORKERS
+    # Every step's exchange went over the links: far more bytes than the two sums an epoch carry.
+    assert min(link_counts(store, job_id, "bytes_sent_links")) > 16 * 2 * 29 * 8

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lambdaml import keys
@@ -32,13 +32,14 @@ from lambdaml.comm.direct.endpoints import Endpoints
 from lambdaml.comm.direct.handshake import LinkAuth
 from lambdaml.comm.direct.links import Links
 from lambdaml.comm.patterns import PLAIN, ChunkCodec
+from lambdaml.comm.ring import RingExchange
 from lambdaml.comm.rounds import Round
 from lambdaml.errors import SyncTimeout
 from lambdaml.seal import Sealer
 
 log = logging.getLogger(__name__)
 
-_TAGS = (PIECE, MERGED, BLOCKS)
+_TAGS = (PIECE, MERGED, BLOCKS, RingExchange.tag)
 
 
 class DirectCommunicator(ChannelCommunicator):
@@ -158,6 +159,19 @@ class DirectCommunicator(ChannelCommunicator):
         round_.retire()
         return total
 
+    def exchange(self, tag: str, neighbours: Sequence[int], value: bytes) -> dict[int, memoryview]:
+        """The neighbour exchange over links, each value under the key the store would hold it at."""
+        self.connect()
+        with self.timed():
+            round_ = self._open_round()
+            self._last_pattern = None
+            self._forget_before(round_.number - 1 - self.extra_retention)
+            mine = round_.key(tag, rank=self.rank)
+            self.post(round_, dict.fromkeys(neighbours, mine), value)
+            got = self.fetch(round_, {j: round_.key(tag, rank=j) for j in neighbours})
+            round_.retire(behind=round_.world_size // 2)
+            return got
+
     def _forget_before(self, oldest: int) -> None:
         with self._lock:
             for sent in self._sent.values():
@@ -189,7 +203,7 @@ class DirectCommunicator(ChannelCommunicator):
             self._fallback_rounds.add(round_.number)
             round_.put_many([(key, value) for key in fresh])
 
-    def fetch(self, round_: Round, senders: Mapping[int, str], nbytes: int) -> dict[int, memoryview]:
+    def fetch(self, round_: Round, senders: Mapping[int, str], nbytes: int | None = None) -> dict[int, memoryview]:
         """Each sender's value under its key: from its link, or from the store where the link is or goes down."""
         links = self._links
         assert links is not None
@@ -206,9 +220,8 @@ class DirectCommunicator(ChannelCommunicator):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SyncTimeout(f"rank {self.rank} waited {self.timeout_s:g}s for round {round_.number}")
-            found = self.channel.wait_for_views(
-                list(missing.values()), left, lengths=dict.fromkeys(missing.values(), nbytes)
-            )
+            lengths = None if nbytes is None else dict.fromkeys(missing.values(), nbytes)
+            found = self.channel.wait_for_views(list(missing.values()), left, lengths=lengths)
             got.update((peer, found[key]) for peer, key in missing.items())
         return got
 
