@@ -19,6 +19,8 @@ from typing import Any
 
 from analytic_model.profile import Profile, with_figures
 
+#: The fewest jobs on a channel for its rounds to get a factor of their own (one job says more of itself).
+MIN_OWN = 2
 #: A factor is kept within this: a job whose parts are off by more says more of the job than of the figures.
 FACTOR_LIMITS = (0.02, 50.0)
 #: The start-up and loading figures (``faas``), seconds or rates; settings (``heartbeat_every_s``) are left alone.
@@ -71,7 +73,12 @@ def fit_factors(observed: Sequence[Observed]) -> Factors:
     compute = _median_ratio([(o.predicted.get("compute_s", 0.0), o.compute_s) for o in observed])
     kinds = sorted({o.channel for o in observed})
     rounds = [(o.channel, (o.predicted.get("communicate_s", 0.0), o.communicate_s)) for o in observed]
-    channels = {kind: _median_ratio([pair for of, pair in rounds if of == kind]) for kind in kinds}
+    pooled = _median_ratio([pair for _, pair in rounds])
+    # A channel's own factor where it has jobs enough for a median; else every channel's together.
+    channels = {
+        kind: _median_ratio(own) if len(own := [pair for of, pair in rounds if of == kind]) >= MIN_OWN else pooled
+        for kind in kinds
+    }
     rest = _median_ratio([o.rest() for o in observed])
     return Factors(compute=compute, channels=channels, rest=rest, jobs=len(observed))
 

@@ -23,10 +23,12 @@ def observed(channel: str, compute: float, comm: float, rest: float) -> Observed
 
 def test_factors_are_the_median_of_measured_over_predicted_per_part() -> None:
     jobs = [observed("redis", 2.0, 3.0, 0.5), observed("redis", 2.2, 3.3, 0.6), observed("s3", 1.8, 0.9, 0.4)]
+    jobs += [observed("s3", 2.0, 1.1, 0.5), observed("memcached", 2.0, 7.0, 0.5)]
     factors = fit_factors(jobs)
     assert factors.compute == pytest.approx(2.0)
-    assert factors.channels == pytest.approx({"redis": 3.15, "s3": 0.9})
-    assert factors.rest == pytest.approx(0.5) and factors.jobs == 3
+    # Memcached's one job does not set its rounds' factor: every channel's median does.
+    assert factors.channels == pytest.approx({"redis": 3.15, "s3": 1.0, "memcached": 3.0})
+    assert factors.rest == pytest.approx(0.5) and factors.jobs == 5
 
 
 def test_one_disturbed_job_does_not_set_a_factor_and_wild_ones_are_bounded() -> None:
