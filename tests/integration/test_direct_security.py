@@ -53,14 +53,19 @@ class Dropped:
         return self.reasons
 
 
-def linked(receiver: DirectCommunicator, sender_secret: bytes = SECRET) -> tuple[Links, Links, Dropped]:
-    """Rank 0's link to rank 1, and rank 1's end of it (a socket pair); what rank 0 dropped, and why."""
-    mine, theirs = socket.socketpair()
+def our_end(receiver: DirectCommunicator, sock: socket.socket, sealer: Sealer) -> tuple[Links, Dropped]:
+    """Rank 0's link to rank 1 over ``sock``, admitting what ``receiver`` admits; what it dropped, and why."""
     dropped = Dropped()
     ours = Links(
-        {1: mine}, Sealer(SECRET), admit=receiver._admit, on_drop=dropped,
-        goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
-    )  # fmt: skip
+        {1: sock}, sealer, admit=receiver._admit, on_drop=dropped, goodbye=lambda peer: keys.link_goodbye_key(JOB, peer)
+    )
+    return ours, dropped
+
+
+def linked(receiver: DirectCommunicator, sender_secret: bytes = SECRET) -> tuple[Links, Links, Dropped]:
+    """Rank 0's link to rank 1 (MAC'd frames), and rank 1's end of it (a socket pair)."""
+    mine, theirs = socket.socketpair()
+    ours, dropped = our_end(receiver, mine, Sealer(SECRET))
     sender = Links(
         {0: theirs}, Sealer(sender_secret), admit=lambda peer, key: None, on_drop=lambda peer, why: None,
         goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
@@ -160,11 +165,7 @@ def test_under_integrity_auto_a_frame_moved_to_another_key_is_refused(receiver: 
 
     assert not receiver.spec.links_carry_mac
     mine, theirs = socket.socketpair()
-    dropped = Dropped()
-    ours = Links(
-        {1: mine}, Sealer(None), admit=receiver._admit, on_drop=dropped,
-        goodbye=lambda peer: keys.link_goodbye_key(JOB, peer),
-    )  # fmt: skip
+    ours, dropped = our_end(receiver, mine, Sealer(None))
     try:
         claimed, sealed = piece(5, 1), Sealer(None).seal(piece(5, 2), b"moved")
         name = claimed.encode()
