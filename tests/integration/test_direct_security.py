@@ -175,3 +175,39 @@ def test_under_integrity_auto_a_frame_moved_to_another_key_is_refused(receiver: 
     finally:
         ours.close()
         theirs.close()
+
+
+def test_what_a_rank_keeps_for_a_dropped_links_hand_over_is_bounded(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Restarts keep ``extra_retention`` rounds of sent values, but never more than ``kept_bytes``
+    beyond the last two: a large model's rounds would fill a function's memory."""
+    spec = ChannelSpec(kind="direct", rendezvous=channel_spec("redis", services).model_dump())
+    job = unique_name("kept")
+    comms = [
+        DirectCommunicator(open_channel(spec), job, r, 2, spec=spec, secret=SECRET, timeout_s=30, extra_retention=10)
+        for r in (0, 1)
+    ]
+    comms[0].kept_bytes = 1  # rank 0 keeps the last two rounds only; rank 1 all ten
+
+    def rank(r: int) -> None:
+        for _ in range(6):
+            comms[r].allreduce(np.ones(1000, np.float32))
+        kept[r] = sorted(comms[r]._sent[1 - r])
+        comms[r].finish()
+
+    kept: dict[int, list[int]] = {}
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert not any(thread.is_alive() for thread in threads)
+        assert kept == {0: [4, 5], 1: [0, 1, 2, 3, 4, 5]}
+        assert "rank 0 keeps its link values of the last 2 rounds only" in caplog.text
+        assert "rank 1 keeps" not in caplog.text
+    finally:
+        for comm in comms:
+            comm.channel.close()

@@ -48,6 +48,10 @@ class DirectCommunicator(ChannelCommunicator):
     ``pattern`` is the storage pattern of collectives links do not carry (a compressing codec).
     """
 
+    #: The most bytes of sent link values kept for a dropped link's hand-over beyond the last two
+    #: rounds (a restarted peer's replay since its checkpoint): a large model's rounds are not all kept.
+    kept_bytes: int = 256 << 20
+
     def __init__(
         self, store: Channel, job_id: str, rank: int, world_size: int, *, spec: DirectSpec, secret: bytes,
         **options: Any,
@@ -62,6 +66,7 @@ class DirectCommunicator(ChannelCommunicator):
         self._fallback_rounds: set[int] = set()
         self.dropped: dict[int, str] = {}  # peer -> why its link went
         self.restarted = False  # this rank's endpoints were published by an earlier run in its attempt
+        self._short = False  # whether the kept link values have fallen short of the rounds a restart replays
 
     # ---- links -----------------------------------------------------------------------
 
@@ -173,9 +178,25 @@ class DirectCommunicator(ChannelCommunicator):
             return got
 
     def _forget_before(self, oldest: int) -> None:
+        """Keep what went on the links from round ``oldest`` on, within ``kept_bytes``: beyond it,
+        only this round's and the last, which a live peer may still be reading."""
         with self._lock:
+            rounds = sorted({n for sent in self._sent.values() for n in sent if n >= oldest})
+            size = {n: sum(len(v) for sent in self._sent.values() for _, v in sent.get(n, ())) for n in rounds}
+            short = False
+            while len(rounds) > 1 and sum(size[n] for n in rounds) > self.kept_bytes:  # with this round's: two
+                rounds.pop(0)
+                short = True
+            if short and not self._short:
+                self._short = True
+                log.warning(
+                    "rank %d keeps its link values of the last %d rounds only (%d MB at most): a peer restarted "
+                    "from an earlier checkpoint cannot replay through the store, and its job ends for --resume",
+                    self.rank, len(rounds) + 1, self.kept_bytes >> 20,
+                )  # fmt: skip
+            keep = rounds[0] if rounds else oldest
             for sent in self._sent.values():
-                for number in [n for n in sent if n < oldest]:
+                for number in [n for n in sent if n < keep]:
                     del sent[number]
             for number in [n for n in self._stored if n < oldest]:
                 del self._stored[number]
