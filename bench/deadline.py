@@ -48,7 +48,7 @@ def main() -> None:
         lambdaml(env, "local", "up", "--name", NAME, "--cache", "redis")
         try:
             print("calibrating the stack (lambdaml calibrate --stack --quick) ...", flush=True)
-            lambdaml(env, "calibrate", "--stack", NAME, "--quick")
+            lambdaml(env, "calibrate", "--stack", NAME, "--quick", "--channels", "s3,redis")
             X, y, _ = synthetic.higgs_like(ROWS, seed=21)
             shards.prepare(remote.stack_store(remote.resolve_stack(NAME)), "deadline", X, y, shards=8)
             job = {

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from lambdaml.buffers import Buffers
 from lambdaml.errors import CodecError, SyncTimeout
 from lambdaml.seal import Sealer
@@ -221,10 +223,10 @@ class Links:
                     raise CodecError("a frame that is not LambdaML's")
                 name = bytearray(key_length)
                 _recv_exact(sock, memoryview(name))
-                body = bytearray(length)
-                _recv_exact(sock, memoryview(body))
+                body = np.empty(length, np.uint8).data  # filled by the socket: no zeroing first
+                _recv_exact(sock, body)
                 key = name.decode("utf-8", "replace")
-                value = self._sealer.open_view(key, memoryview(body))  # CodecError: forged, altered or moved
+                value = self._sealer.open_view(key, body)  # CodecError: forged, altered or moved
                 if key == self._goodbye(peer):
                     with self._cond:
                         self._done.add(peer)
