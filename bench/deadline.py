@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 NAME = "deadline-bench"
-ROWS = 200_000
+ROWS = 1_000_000
 
 
 def lambdaml(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
