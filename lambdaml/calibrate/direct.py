@@ -93,7 +93,8 @@ def direct_figures(spec: DirectSpec, effort: Effort, mac_Bps: float, add_Bps: fl
     base = ChannelPerf(
         "direct", latency_put_s=0.0, latency_get_s=0.0, extra_put_s=0.0, extra_get_s=0.0,
         bandwidth_put_Bps=1.0, bandwidth_get_Bps=1.0, server_put_s=0.0, server_get_s=0.0,
-        cpu_share_put=1.0, cpu_share_get=1.0, shared_cores=shared, mac_Bps=mac_Bps,
+        cpu_share_put=1.0, cpu_share_get=1.0, shared_cores=shared,
+        mac_Bps=mac_Bps if spec.links_carry_mac else None,  # frames are hashed only under integrity: mac
         small_bytes=float(spec.small_bytes),
     )  # fmt: skip
 
@@ -109,7 +110,10 @@ def direct_figures(spec: DirectSpec, effort: Effort, mac_Bps: float, add_Bps: fl
     bandwidth = 1.0 / max(fit.slope, 1e-12)
     small_bytes = plan(2, SMALL_FLOATS * 8.0, header, spec.small_bytes).sent
     small_left = small_s - rest(2, SMALL_FLOATS) - small_bytes / bandwidth  # one latency and the wait
-    latency = min(max(fit.intercept - small_left, 0.0), max(small_left, 0.0))  # the ring's two less the one
+    # The ring's two messages less the small round's one: a message's latency, the rest of the
+    # small round its wait. Where noise leaves no difference, the small round is all latency.
+    separated = fit.intercept - small_left
+    latency = max(small_left, 0.0) if separated <= 0 else min(separated, max(small_left, 0.0))
     wait = max(small_left - latency, 0.0)
     perf = replace(
         base, latency_put_s=latency, latency_get_s=latency, bandwidth_put_Bps=bandwidth,
