@@ -138,6 +138,9 @@ class Outcome:
     predicted_requests: float  # per round, all workers
     measured_requests: float
     spread: float = 0.0  # (largest - smallest) / mean of the repeated measurements: the machine's noise
+    # Where the time goes, per epoch: predicted (compute, communication, heartbeats) and rank 0's
+    # measured (compute, communicating, waiting; their means over every epoch, the first included).
+    parts: tuple[float, ...] = ()
 
     @property
     def error(self) -> float:
@@ -171,8 +174,9 @@ def measure(
     epochs: int,
     variant: Variant,
     rounds_per_epoch: int,
-) -> tuple[float, float]:
-    """(seconds per epoch after the first, requests per epoch over all workers) of one real run.
+) -> tuple[float, float, tuple[float, float, float]]:
+    """(seconds per epoch after the first, requests per epoch over all workers, rank 0's compute,
+    communicating and waiting per epoch) of one real run.
 
     1-bit Adam warms up for the first (untimed) epoch, so the timed epochs are its compressed phase.
     """
@@ -184,13 +188,15 @@ def measure(
     elapsed = [point.elapsed_s for point in result.loss_curve]
     per_epoch = statistics.median(b - a for a, b in itertools.pairwise(elapsed))  # robust to a burst of load
     requests = sum(w.channel.requests for w in result.workers)
-    return per_epoch, requests / epochs
+    times = next(w.times for w in result.workers if w.rank == 0)
+    return per_epoch, requests / epochs, (times.compute_s / epochs, times.communicate_s / epochs, times.wait_s / epochs)
 
 
 def predict(
     profile: Profile, size: Size, kind: str, workers: int, pattern: str, variant: Variant, nnz_per_row: float | None
-) -> tuple[float, float, float]:
-    """(seconds per epoch, requests per round over all workers, rounds per epoch) the model predicts
+) -> tuple[float, float, float, tuple[float, float, float]]:
+    """(seconds per epoch, requests per round over all workers, rounds per epoch, and the epoch's
+    compute, communication and heartbeats) the model predicts
     for the median epoch: its rounds, and the workers' heartbeats where every epoch ends with one
     (a worker beats at most once a second: shorter epochs mostly end without).
 
@@ -214,7 +220,9 @@ def predict(
     rounds_s = prediction.round_s * per_epoch_rounds
     every_epoch_beats = heartbeats(profile, workload.epochs, rounds_s) >= workload.epochs
     heartbeat_s = prediction.time["heartbeat_s"] / workload.epochs if every_epoch_beats else 0.0
-    return rounds_s + heartbeat_s, requests, per_epoch_rounds
+    share = per_epoch_rounds / prediction.rounds
+    parts = (prediction.time["compute_s"] * share, prediction.time["communicate_s"] * share, heartbeat_s)
+    return rounds_s + heartbeat_s, requests, per_epoch_rounds, parts
 
 
 def write_outputs(outcomes: list[Outcome], stem: str) -> None:
@@ -223,12 +231,13 @@ def write_outputs(outcomes: list[Outcome], stem: str) -> None:
         out = csv.writer(f)
         out.writerow(
             ["algorithm", "channel", "W", "size", "pattern", "predicted_s", "measured_s", "error", "spread",
-             "pred_req", "req"]
+             "pred_req", "req", *PARTS]
         )  # fmt: skip
         for o in outcomes:
             out.writerow(
                 [o.algorithm, o.channel, o.workers, o.size, o.pattern, f"{o.predicted_s:.5f}", f"{o.measured_s:.5f}",
-                 f"{o.error:.4f}", f"{o.spread:.4f}", f"{o.predicted_requests:.1f}", f"{o.measured_requests:.1f}"]
+                 f"{o.error:.4f}", f"{o.spread:.4f}", f"{o.predicted_requests:.1f}", f"{o.measured_requests:.1f}",
+                 *(f"{x:.5f}" for x in o.parts)]
             )  # fmt: skip
     try:
         import matplotlib
@@ -273,7 +282,7 @@ def read_outcomes(path: Path) -> list[Outcome]:
     with path.open(newline="") as f:
         return [
             Outcome(
-                row["algorithm"],
+                row.get("algorithm", "ga_sgd"),  # CSVs written before the bench ran other algorithms
                 row["channel"],
                 int(row["W"]),
                 row["size"],
@@ -283,9 +292,27 @@ def read_outcomes(path: Path) -> list[Outcome]:
                 float(row["pred_req"]),
                 float(row["req"]),
                 float(row["spread"]),
+                tuple(float(row[p]) for p in PARTS) if all(row.get(p) for p in PARTS) else (),
             )
             for row in csv.DictReader(f)
         ]
+
+
+#: The CSV's columns of ``Outcome.parts``.
+PARTS = ("pred_compute_s", "pred_comm_s", "pred_beat_s", "compute_s", "communicate_s", "wait_s")
+
+
+def print_parts(outcomes: list[Outcome]) -> None:
+    """Where each configuration's epoch goes, predicted against rank 0's measured times."""
+    print("\n| channel | W | model | pattern | compute pred / meas ms | comm+waits pred / meas ms | beats pred ms |")
+    print("|---|--:|---|---|--:|--:|--:|")
+    for o in outcomes:
+        if len(o.parts) == len(PARTS):
+            pc, pm, pb, c, m, w = (1e3 * x for x in o.parts)
+            print(
+                f"| {o.channel} | {o.workers} | {o.size} | {o.pattern} | {pc:.1f} / {c:.1f} | {pm:.1f} / {m + w:.1f} "
+                f"| {pb:.1f} |"
+            )
 
 
 def print_table(outcomes: list[Outcome]) -> None:
@@ -302,8 +329,7 @@ def print_table(outcomes: list[Outcome]) -> None:
             f"{o.spread:.0%} | {o.predicted_requests:.0f} / {o.measured_requests:.0f} |"
         )
     errors = [abs(o.error) for o in outcomes]
-    relaxed = any(o.algorithm != "ga_sgd" for o in outcomes)
-    targets = "median <= 12%, none above 30%" if relaxed else "median <= 15%, none above 35%"
+    targets = "median <= 12%, none above 30%"
     print(
         f"\n{len(outcomes)} configurations: median absolute error {statistics.median(errors):.1%}, "
         f"largest {max(errors):.1%} (targets: {targets}); median spread between "
@@ -352,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, default=None, help="print the table of a CSV this bench wrote, and stop")
     args = parser.parse_args(argv)
     if args.table:
-        print_table(read_outcomes(args.table))
+        outcomes = read_outcomes(args.table)
+        print_table(outcomes)
+        print_parts(outcomes)
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
@@ -383,7 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(moto.stop)
         redis = services.start_redis()
         stack.callback(redis.stop)
-        memcached = services.start_memcached()
+        # Room for every value the calibrations and runs leave: at the default 256 MB, memcached's
+        # slabs were all assigned by the time the 47,237-float rcv1 vectors came, their size class
+        # got 2 pages (4 values), and W = 4 evicted a round's values before they were read.
+        memcached = services.start_memcached(memory_mb=4096)
         stack.callback(memcached.stop)
         token = uuid.uuid4().hex[:8]
         storage = StorageSpec(bucket=f"acc-data-{token}", endpoint_url=moto.url)
@@ -423,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                 for w in worlds
                 for pattern in (patterns[:1] if variant.ring else patterns)
             ]
-            runs: dict[tuple[str, str, int, str], list[tuple[float, float]]] = {}
-            predictions: dict[tuple[str, str, int, str], list[tuple[float, float, float]]] = {}
+            runs: dict[tuple[str, str, int, str], list[tuple[float, float, tuple[float, float, float]]]] = {}
+            predictions: dict[tuple[str, str, int, str], list[tuple[float, float, float, tuple[float, ...]]]] = {}
             for repeat in range(args.repeat):  # repeats a minute apart: what the machine's noise does
                 # Each pass is predicted from the channel calibrated right before it: the machine
                 # (and moto) drift by 10-30% over minutes, which is no error of the model's.
@@ -451,25 +482,32 @@ def main(argv: list[str] | None = None) -> int:
                         predict(profile, size, kind, workers, pattern, variant, prepared[size.name][1])
                     )
                     log.info(
-                        "[%4.0fs] %s %s W=%d %s %s (pass %d): %.3fs per epoch, predicted %.3fs",
+                        "[%4.0fs] %s %s W=%d %s %s (pass %d): %.3fs per epoch, predicted %.3fs "
+                        "(compute %.1f / %.1f ms, comm %.1f / %.1f ms + waits %.1f ms)",
                         time.monotonic() - started, variant.name, kind, workers, size.name, pattern, repeat + 1,
-                        runs[key][-1][0], predictions[key][-1][0],
+                        runs[key][-1][0], predictions[key][-1][0], 1e3 * predictions[key][-1][3][0],
+                        1e3 * runs[key][-1][2][0], 1e3 * predictions[key][-1][3][1], 1e3 * runs[key][-1][2][1],
+                        1e3 * runs[key][-1][2][2],
                     )  # fmt: skip
             for variant, size, workers, pattern in configs:
                 key = (variant.name, size.name, workers, pattern)
-                times = [t for t, _ in runs[key]]
-                requests = statistics.fmean(r for _, r in runs[key])
-                predicted_s = statistics.median(p for p, _, _ in predictions[key])
-                predicted_requests, rounds = predictions[key][-1][1:]
+                times = [t for t, _, _ in runs[key]]
+                requests = statistics.fmean(r for _, r, _ in runs[key])
+                predicted_s = statistics.median(p for p, _, _, _ in predictions[key])
+                predicted_requests, rounds = predictions[key][-1][1:3]
                 mean = statistics.fmean(times)
+                parts = tuple(statistics.fmean(p[3][i] for p in predictions[key]) for i in range(3)) + tuple(
+                    statistics.fmean(r[2][i] for r in runs[key]) for i in range(3)
+                )
                 outcomes.append(
                     Outcome(
                         variant.name, kind, workers, size.name, pattern, predicted_s, statistics.median(times),
-                        predicted_requests, requests / rounds, (max(times) - min(times)) / mean,
+                        predicted_requests, requests / rounds, (max(times) - min(times)) / mean, parts,
                     )
                 )  # fmt: skip
     print()
     print_table(outcomes)
+    print_parts(outcomes)
     write_outputs(outcomes, stem)
     print(f"\nwrote {RESULTS / (stem + '.csv')} ({time.monotonic() - started:.0f}s in all)")
     return 0
