@@ -241,13 +241,13 @@ def choose_configuration(
     return Choice(fields=fields, prediction=chosen, profile=name, goal=goal, workload=workload)
 
 
-def _pick(found: list[Prediction], goal: Goal | None, workload: object, job: JobSpec) -> Prediction:
+def _pick(found: list[Prediction], goal: Goal | None, workload: Workload, job: JobSpec) -> Prediction:
     """For a deadline, the cheapest whose upper time meets it; for a budget, the fastest whose upper
     cost fits; with neither, the advisor's recommendation."""
     from analytic_model.advisor import Advice, format_money, format_time
 
     if goal is None:
-        advice = Advice(workload, job.storage.region, "", found)  # type: ignore[arg-type]
+        advice = Advice(workload, job.storage.region, "", found)
         best = advice.recommended
         return best if best in found else next(p for p in found if p.time_s == best.time_s and p.cost == best.cost)
     if goal.deadline_s is not None:

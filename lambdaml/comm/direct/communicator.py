@@ -130,17 +130,16 @@ class DirectCommunicator(ChannelCommunicator):
         with self._lock:
             self.dropped[peer] = why
             sent = self._sent.pop(peer, {})
-            items = [(number, key, value) for number in sorted(sent) for key, value in sent[number]]
-            fresh = []
-            for number, key, value in items:
-                done = self._stored.setdefault(number, set())
-                if key not in done:
-                    done.add(key)
-                    fresh.append((number, key, value))
+            fresh = [
+                (key, value)
+                for number in sorted(sent)
+                for key, value in sent[number]
+                if key in self._unstored(number, [key])
+            ]
         if not fresh:
             return
         try:
-            self.channel.put_many([(key, value) for _, key, value in fresh])  # rank 0 clears them at the end
+            self.channel.put_many(fresh)  # rank 0 clears them at the end
         except Exception as exc:  # on a link's thread: the peer's wait for them ends in its timeout
             log.warning("rank %d: could not hand rank %d's values to the store: %s", self.rank, peer, exc)
 
@@ -154,10 +153,7 @@ class DirectCommunicator(ChannelCommunicator):
     def _reduce(self, x: Array, codec: ChunkCodec) -> Array:
         if codec is not PLAIN:  # links carry plain values; a compressed round goes through the store
             return super()._reduce(x, codec)
-        self.connect()
-        round_ = self._open_round()
-        self._last_pattern = None
-        self._forget_before(round_.number - 1 - self.extra_retention)
+        round_ = self._open_link_round()
         post = _RoundPost(self, round_)
         total = doubling(post, x) if x.nbytes <= self.spec.small_bytes else scatter_gather(post, x)
         # Every rank's values of this round reached this one, so every rank is past the last round.
@@ -166,16 +162,28 @@ class DirectCommunicator(ChannelCommunicator):
 
     def exchange(self, tag: str, neighbours: Sequence[int], value: bytes) -> dict[int, memoryview]:
         """The neighbour exchange over links, each value under the key the store would hold it at."""
-        self.connect()
         with self.timed():
-            round_ = self._open_round()
-            self._last_pattern = None
-            self._forget_before(round_.number - 1 - self.extra_retention)
+            round_ = self._open_link_round()
             mine = round_.key(tag, rank=self.rank)
             self.post(round_, dict.fromkeys(neighbours, mine), value)
             got = self.fetch(round_, {j: round_.key(tag, rank=j) for j in neighbours})
             round_.retire(behind=round_.world_size // 2)
             return got
+
+    def _open_link_round(self) -> Round:
+        """The next round, over links (set up on the first), forgetting what no peer reads again."""
+        self.connect()
+        round_ = self._open_round()
+        self._last_pattern = None
+        self._forget_before(round_.number - 1 - self.extra_retention)
+        return round_
+
+    def _unstored(self, number: int, keys: Sequence[str]) -> list[str]:
+        """The keys of round ``number`` this rank has not put on the store yet, claimed now (under the lock)."""
+        done = self._stored.setdefault(number, set())
+        fresh = [key for key in dict.fromkeys(keys) if key not in done]
+        done.update(fresh)
+        return fresh
 
     def _forget_before(self, oldest: int) -> None:
         """Keep what went on the links from round ``oldest`` on, within ``kept_bytes``: beyond it,
@@ -217,9 +225,7 @@ class DirectCommunicator(ChannelCommunicator):
         if not stored:
             return
         with self._lock:
-            done = self._stored.setdefault(round_.number, set())
-            fresh = [key for key in dict.fromkeys(stored) if key not in done]
-            done.update(fresh)
+            fresh = self._unstored(round_.number, stored)
         if fresh:
             self._fallback_rounds.add(round_.number)
             round_.put_many([(key, value) for key in fresh])
